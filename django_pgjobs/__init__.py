@@ -1,0 +1,36 @@
+"""django-pgjobs: a durable PostgreSQL job queue for Django.
+
+Public API::
+
+    from django_pgjobs import job
+
+    @job(queue="mail", max_attempts=5)
+    def send_receipt(invoice_id: int) -> None: ...
+
+    send_receipt.enqueue(invoice_id=1842)
+"""
+
+from __future__ import annotations
+
+from .exceptions import (
+    DuplicateTaskName,
+    IdempotencyConflict,
+    InvalidJob,
+    PayloadNotSerializable,
+    PgJobsError,
+    UnknownTask,
+)
+from .registry import JobContext, JobHandler, job
+
+__all__ = [
+    "DuplicateTaskName",
+    "IdempotencyConflict",
+    "InvalidJob",
+    "JobContext",
+    "JobHandler",
+    "PayloadNotSerializable",
+    "PgJobsError",
+    "UnknownTask",
+    "job",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,61 @@
+"""Settings: the ``PGJOBS`` dict in Django settings, merged over these defaults.
+
+Read through :func:`get_settings` each time rather than cached at import, so tests and
+``override_settings`` see changes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
+
+
+@dataclass(frozen=True)
+class PgJobsSettings:
+    #: Database alias whose connection enqueues (so enqueue joins the caller's transaction).
+    DATABASE: str = "default"
+    #: How long a claim stays valid without a heartbeat.
+    LEASE_SECONDS: float = 60.0
+    #: How often a worker extends the leases of its running jobs; must be well under the lease.
+    HEARTBEAT_SECONDS: float = 10.0
+    #: How often each worker process tries to run the lease sweep (one process wins the lock).
+    SWEEP_INTERVAL_SECONDS: float = 15.0
+    #: Poll interval: the backstop for lost notifications and for delayed jobs.
+    POLL_INTERVAL_SECONDS: float = 1.0
+    #: LISTEN/NOTIFY wake-ups. Turn off behind PgBouncer in transaction pooling mode.
+    LISTEN: bool = True
+    NOTIFY_CHANNEL: str = "django_pgjobs"
+    DEFAULT_QUEUE: str = "default"
+    DEFAULT_PRIORITY: int = 0
+    DEFAULT_MAX_ATTEMPTS: int = 5
+    #: Default backoff: min(cap, base ** attempt) seconds, scaled by a random factor in [1-j, 1+j].
+    BACKOFF_BASE: float = 2.0
+    BACKOFF_CAP_SECONDS: float = 300.0
+    BACKOFF_JITTER: float = 0.2
+    #: Attempt history bound: entries kept per job and characters kept per traceback.
+    HISTORY_LIMIT: int = 25
+    TRACEBACK_LIMIT: int = 8000
+    #: Retention: done jobs older than this are pruned (None keeps them forever). Pruning also
+    #: ends a job's idempotency protection, so the default is generous.
+    RETENTION_DONE_SECONDS: float | None = 14 * 24 * 3600.0
+    #: Dead jobs are kept for staff by default (None); set an age to prune them too.
+    RETENTION_DEAD_SECONDS: float | None = None
+    #: Rows per statement for retention pruning and bulk admin actions.
+    BATCH_SIZE: int = 1000
+
+
+_NAMES = {f.name for f in fields(PgJobsSettings)}
+
+
+def get_settings() -> PgJobsSettings:
+    """The effective settings, validated; unknown keys are an error rather than silently ignored."""
+    user: dict[str, Any] = getattr(django_settings, "PGJOBS", {}) or {}
+    unknown = set(user) - _NAMES
+    if unknown:
+        raise ImproperlyConfigured(
+            f"unknown PGJOBS setting(s): {', '.join(sorted(unknown))}; known: {', '.join(sorted(_NAMES))}"
+        )
+    return PgJobsSettings(**user)

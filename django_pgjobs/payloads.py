@@ -1,0 +1,71 @@
+"""JSON payload and result checks.
+
+A handler must receive exactly what was enqueued. JSON silently turns tuples into lists, int dict
+keys into strings and datetimes into errors, and PostgreSQL's jsonb refuses NaN and NUL characters,
+so every value is checked to round-trip unchanged *before* anything is written, and the error names
+the job and the argument (with a path into it) that broke the rule.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from .exceptions import PayloadNotSerializable
+
+
+def _problem(value: Any, path: str) -> tuple[str, str] | None:
+    """The first (path, reason) in ``value`` that would not survive jsonb unchanged, or None."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, f"{value!r} is not valid JSON")
+    if isinstance(value, str):
+        return (path, "strings may not contain NUL (\\x00) characters") if "\x00" in value else None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            found = _problem(item, f"{path}[{i}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return (path, f"dict key {key!r} is {type(key).__name__}, JSON keys are strings")
+            found = _problem(key, f"{path} key") or _problem(item, f"{path}[{key!r}]")
+            if found:
+                return found
+        return None
+    if isinstance(value, tuple):
+        return (path, "tuple would arrive as a list; pass a list")
+    return (path, f"{type(value).__name__} is not JSON-serialisable")
+
+
+def check_arguments(task: str, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The payload dict for ``args``/``kwargs``, or :class:`PayloadNotSerializable` naming the culprit."""
+    for index, value in enumerate(args):
+        _check(task, f"positional argument {index}", f"args[{index}]", value)
+    for name, value in kwargs.items():
+        _check(task, f"argument {name!r}", name, value)
+    return {"args": list(args), "kwargs": dict(kwargs)}
+
+
+def check_value(task: str, what: str, value: Any) -> None:
+    """Check one value (a handler's result, an edited payload) the same way."""
+    _check(task, what, what, value)
+
+
+def _check(task: str, label: str, root: str, value: Any) -> None:
+    found = _problem(value, root)
+    if found:
+        path, reason = found
+        where = "" if path == root else f" (at {path})"
+        raise PayloadNotSerializable(f"job {task!r}: {label}{where} cannot be stored as JSON: {reason}")
+
+
+def dumps(value: Any) -> str:
+    """Serialise a checked value for a ``::jsonb`` parameter."""
+    return json.dumps(value, allow_nan=False, separators=(",", ":"))
