@@ -326,14 +326,24 @@ class JobManager(models.Manager["Job"]):
 
     def complete(self, job_id: int, worker_id: str, attempt: int, result: Any = None) -> bool:
         """Mark a job done with its result; False when fencing refused (the job is not ours now)."""
+        return job_id in self.complete_many(worker_id, [(job_id, attempt, result)])
+
+    def complete_many(self, worker_id: str, finished: Sequence[tuple[int, int, Any]]) -> set[int]:
+        """Acknowledge ``(job_id, attempt, result)`` in one statement; returns the ids accepted.
+
+        Ids missing from the answer were refused by fencing: their lease lapsed and someone else
+        owns (or already finished) the job.
+        """
+        if not finished:
+            return set()
         params = {
-            "id": job_id,
             "worker_id": worker_id,
-            "attempt": attempt,
-            "result": dumps(result),
+            "ids": [j for j, _, _ in finished],
+            "attempts": [a for _, a, _ in finished],
+            "results": [dumps(r) for _, _, r in finished],
             **self._error_params(),
         }
-        return bool(self._execute(sql.COMPLETE, params))
+        return {r[0] for r in self._execute(sql.COMPLETE, params)}
 
     def fail(
         self,

@@ -154,16 +154,19 @@ CLAIM_ANY = _CLAIM.format(queue_filter="", order="priority, run_at, id")
 # ``lease`` gets it at its first heartbeat, which the worker sends as soon as the job starts.
 
 # -- finish --------------------------------------------------------------------------------------
+# Completions are acknowledged in batches (one statement for every job a worker finished in the last
+# few milliseconds), each row still fenced on its own (id, attempt) and the worker id.
 COMPLETE = f"""
 UPDATE pgjobs_job AS j
 SET status = 'done',
-    result = %(result)s::jsonb,
+    result = c.result,
     finished_at = now(),
     locked_by = NULL, locked_at = NULL, lease_expires_at = NULL,
     history = {history_append("'done'")},
     updated_at = now()
-WHERE j.id = %(id)s AND j.status = 'running'
-  AND j.locked_by = %(worker_id)s AND j.attempts = %(attempt)s
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(results)s::jsonb[]) AS c(id, attempt, result)
+WHERE j.id = c.id AND j.attempts = c.attempt
+  AND j.status = 'running' AND j.locked_by = %(worker_id)s
 RETURNING j.id
 """
 

@@ -9,3 +9,34 @@ def jobs_table_is_empty() -> None:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pgjobs_job")
         assert cursor.fetchone()[0] == 0
+
+
+@pytest.fixture
+def workers():
+    """Start real ``runjobs`` processes; every one still alive at the end is SIGKILLed."""
+    from tests.processes import WorkerProcess
+
+    started: list[WorkerProcess] = []
+
+    def start(*args: str, **kwargs) -> WorkerProcess:
+        proc = WorkerProcess(*args, **kwargs)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.proc.poll() is None:
+            print(f"--- worker {proc.pid} log ---\n{proc.output()}")
+        proc.stop()
+
+
+@pytest.fixture
+def clean_executions():
+    from tests.testapp.jobs import EXECUTIONS_TABLE
+
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS test_executions")
+        cursor.execute(EXECUTIONS_TABLE)
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute("DROP TABLE IF EXISTS test_executions")

@@ -51,6 +51,9 @@ STATIC_URL = "/static/"
 DATABASES = {"default": database_settings(mode="test")}
 # Each concurrent run of the suite (a developer's shell, CI, tox envs) may name its own test database.
 DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGJOBS_TEST_DB_NAME", "test_pgjobs")}
+# Worker processes started by the tests connect straight to the test database the suite created.
+if os.environ.get("PGJOBS_WORKER_DB_NAME"):
+    DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
 
 LOGGING = {
     "version": 1,

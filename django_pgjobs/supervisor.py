@@ -1,0 +1,132 @@
+"""``runjobs --processes P``: fork P worker processes, restart any that dies, stop them all on a signal.
+
+The supervisor itself holds no database connection and starts no threads before forking, so each
+child starts from a clean state (Django connections are per process and opened lazily).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from types import FrameType
+
+from django.db import connections
+
+logger = logging.getLogger("django_pgjobs")
+
+#: A child that dies sooner than this after starting is restarted with a growing delay, so a worker
+#: that cannot start (bad settings, database down) does not fork in a hot loop.
+QUICK_DEATH_SECONDS = 5.0
+
+
+class Supervisor:
+    def __init__(self, processes: int, run_child: Callable[[int], int], shutdown_timeout: float) -> None:
+        if processes < 1:
+            raise ValueError("processes must be >= 1")
+        self.processes = processes
+        self.run_child = run_child  # called in the child with its slot number; returns an exit code
+        self.shutdown_timeout = shutdown_timeout
+        self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
+        self.restarts = 0
+        self._signals = 0
+        self._wake = threading.Event()
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGCHLD, lambda *_: self._wake.set())
+        connections.close_all()
+        quick_deaths = dict.fromkeys(range(self.processes), 0)
+        for slot in range(self.processes):
+            self._spawn(slot)
+        logger.info("supervisor %d started %d worker processes", os.getpid(), self.processes)
+        while self._signals == 0:
+            for pid, status in self._reap():
+                slot, started = self.children.pop(pid)
+                if self._signals:
+                    break
+                quick = time.monotonic() - started < QUICK_DEATH_SECONDS
+                quick_deaths[slot] = quick_deaths[slot] + 1 if quick else 0
+                delay = min(30.0, 0.5 * 2 ** quick_deaths[slot]) if quick else 0.0
+                logger.warning(
+                    "worker process %d (slot %d) exited with %s; restarting%s",
+                    pid,
+                    slot,
+                    _describe(status),
+                    f" in {delay:.1f}s" if delay else "",
+                )
+                if delay and self._sleep(delay):
+                    break
+                self.restarts += 1
+                self._spawn(slot)
+            self._sleep(1.0)
+        return self._stop_children()
+
+    def _spawn(self, slot: int) -> None:
+        pid = os.fork()
+        if pid == 0:  # child
+            code = 1
+            try:
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                code = self.run_child(slot)
+            except BaseException:
+                logger.exception("worker process crashed")
+            finally:
+                logging.shutdown()
+                os._exit(code)
+        self.children[pid] = (slot, time.monotonic())
+
+    def _reap(self) -> list[tuple[int, int]]:
+        reaped = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            if pid in self.children:
+                reaped.append((pid, status))
+        return reaped
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep until a child exits or a signal arrives; True if a stop was requested."""
+        self._wake.wait(seconds)
+        self._wake.clear()
+        return self._signals > 0
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals += 1
+        # Each child runs the same two-step shutdown: the first signal drains, the second forces.
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        self._wake.set()
+
+    def _stop_children(self) -> int:
+        deadline = time.monotonic() + self.shutdown_timeout + 15
+        worst = 0
+        while self.children and time.monotonic() < deadline:
+            for pid, status in self._reap():
+                self.children.pop(pid, None)
+                worst = max(worst, os.waitstatus_to_exitcode(status) if status else 0)
+            if self.children:
+                self._sleep(0.1)
+        for pid in list(self.children):  # did not stop in time: a last, forceful request
+            logger.error("worker process %d did not stop in time; killing it", pid)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            worst = 1
+        logger.info("supervisor stopped (%d restarts)", self.restarts)
+        return 0 if worst == 0 else 1
+
+
+def _describe(status: int) -> str:
+    code = os.waitstatus_to_exitcode(status)
+    return f"signal {signal.Signals(-code).name}" if code < 0 else f"code {code}"

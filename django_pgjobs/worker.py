@@ -1,0 +1,562 @@
+"""The worker: claim, run, heartbeat, acknowledge; and a clean shutdown.
+
+One process runs:
+
+* the **main thread**: claims batches sized to free slots (one statement), hands jobs to the job
+  threads, sweeps expired leases now and then, and sleeps on a wake-up event between claims;
+* **job threads** (``concurrency`` of them): run handlers. Each has its own Django connection, and
+  ``close_old_connections`` runs around every job. They never touch the job's row;
+* an **acknowledger** thread: writes outcomes. Successes are batched into one fenced statement every
+  few milliseconds (where the fastest queues get their speed); failures are written one by one;
+* a **heartbeat** thread that does nothing else: extends the leases of this process's running jobs,
+  except jobs past their ``timeout``, whose lease is left to lapse so the sweeper takes them back;
+* a **listener** thread on a dedicated connection: ``LISTEN`` for enqueue notifications. Polling
+  continues regardless, so a lost notification only delays a job by the poll interval.
+
+No row lock is held while a handler runs: the claim statement commits before the job is handed on.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import random
+import signal
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import Any
+
+from django.db import DatabaseError, InterfaceError, close_old_connections, connections
+
+from .conf import get_settings
+from .exceptions import PayloadNotSerializable, UnknownTask
+from .models import Job
+from .payloads import check_value
+from .registry import JobContext, JobHandler, get_handler
+from .retry import default_backoff
+
+logger = logging.getLogger("django_pgjobs")
+
+DB_ERRORS = (DatabaseError, InterfaceError)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+@dataclass(frozen=True)
+class WorkerOptions:
+    queues: tuple[str, ...] | None = None  # None: every queue
+    concurrency: int = 1
+    burst: bool = False
+    max_jobs: int | None = None
+    worker_id: str | None = None
+    poll_interval: float | None = None
+    listen: bool | None = None
+    shutdown_timeout: float = 30.0
+    lease: float | None = None
+    heartbeat_interval: float | None = None
+    sweep_interval: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ValueError("concurrency must be >= 1")
+        if self.max_jobs is not None and self.max_jobs < 1:
+            raise ValueError("max_jobs must be >= 1")
+        if self.shutdown_timeout < 0:
+            raise ValueError("shutdown timeout must be >= 0")
+        if self.poll_interval is not None and not self.poll_interval > 0:
+            raise ValueError("poll interval must be > 0")
+
+
+@dataclass
+class Running:
+    """A job this process claimed and has not yet acknowledged."""
+
+    job: Job
+    handler: JobHandler[Any, Any] | None
+    lease: float
+    claimed_at: float = field(default_factory=time.monotonic)
+    started_at: float | None = None
+    released: bool = False
+    overran: bool = False
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.job.id, self.job.attempts)
+
+
+@dataclass
+class Outcome:
+    running: Running
+    ok: bool
+    duration: float
+    result: Any = None
+    error_class: str = ""
+    message: str = ""
+    traceback: str | None = None
+    retry_in: float | None = None
+
+
+class Worker:
+    def __init__(self, options: WorkerOptions | None = None) -> None:
+        self.options = options or WorkerOptions()
+        s = get_settings()
+        self.settings = s
+        self.worker_id = self.options.worker_id or default_worker_id()
+        self.queues = self.options.queues
+        self.concurrency = self.options.concurrency
+        self.poll_interval = self.options.poll_interval or s.POLL_INTERVAL_SECONDS
+        self.listen = s.LISTEN if self.options.listen is None else self.options.listen
+        self.lease = self.options.lease or s.LEASE_SECONDS
+        self.heartbeat_interval = self.options.heartbeat_interval or s.HEARTBEAT_SECONDS
+        self.sweep_interval = self.options.sweep_interval or s.SWEEP_INTERVAL_SECONDS
+        self.alias = s.DATABASE
+
+        self._lock = threading.Lock()
+        self._active: dict[int, Running] = {}  # job id -> claimed, not yet acknowledged
+        self._todo: queue.Queue[Running | None] = queue.Queue()
+        self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
+        self._wake = threading.Event()  # something to claim, a free slot, or a signal
+        self._heartbeat_now = threading.Event()
+        self._stopping = threading.Event()  # stop claiming (first signal)
+        self._forced = threading.Event()  # give everything back now (second signal)
+        self._threads: list[threading.Thread] = []
+        self.claimed_total = 0
+        self.finished_total = 0
+        self.counts = {"done": 0, "retry": 0, "dead": 0, "rejected": 0, "released": 0}
+
+    # -- public -----------------------------------------------------------------------------------
+    def run(self, install_signal_handlers: bool = True) -> int:
+        """Work until stopped (signal), drained (``burst``) or ``max_jobs`` done. Returns an exit code."""
+        if install_signal_handlers:
+            self._install_signal_handlers()
+        self._start_threads()
+        logger.info(
+            "worker %s started: queues=%s concurrency=%d listen=%s poll=%.2fs lease=%.0fs%s",
+            self.worker_id,
+            ",".join(self.queues) if self.queues else "*",
+            self.concurrency,
+            "on" if self.listen else "off",
+            self.poll_interval,
+            self.lease,
+            " burst" if self.options.burst else "",
+        )
+        try:
+            self._main_loop()
+        finally:
+            code = self._shutdown()
+        logger.info(
+            "worker %s stopped: %s",
+            self.worker_id,
+            ", ".join(f"{k}={v}" for k, v in self.counts.items()),
+        )
+        return code
+
+    def stop(self, force: bool = False) -> None:
+        """Ask the worker to stop (thread-safe; what a signal does)."""
+        if force or self._stopping.is_set():
+            self._forced.set()
+        self._stopping.set()
+        self._wake.set()
+
+    # -- main loop --------------------------------------------------------------------------------
+    def _main_loop(self) -> None:
+        next_sweep = time.monotonic() + random.uniform(0, self.sweep_interval)
+        failures = 0
+        while not self._stopping.is_set():
+            self._wake.clear()
+            free = self._free_slots()
+            claimed: list[Job] = []
+            if free > 0:
+                try:
+                    claimed = Job.objects.claim(self.queues, self.worker_id, free, self.lease)
+                    failures = 0
+                except DB_ERRORS as exc:
+                    failures += 1
+                    self._database_trouble("claim", exc, failures)
+                    continue
+                if claimed:
+                    self._dispatch(claimed)
+                    if len(claimed) == free:
+                        continue  # maybe more is ready: claim again as soon as a slot frees
+            with self._lock:
+                idle = not self._active
+            if self._done_by_limit() and idle:
+                return
+            if self.options.burst and not claimed and idle:
+                logger.info("burst: nothing ready, exiting")
+                return
+            if time.monotonic() >= next_sweep:
+                self._sweep()
+                next_sweep = time.monotonic() + self.sweep_interval * random.uniform(0.8, 1.2)
+            self._wake.wait(self.poll_interval)
+
+    def _free_slots(self) -> int:
+        with self._lock:
+            free = self.concurrency - len(self._active)
+        if self.options.max_jobs is not None:
+            free = min(free, self.options.max_jobs - self.claimed_total)
+        return max(free, 0)
+
+    def _done_by_limit(self) -> bool:
+        return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
+
+    def _dispatch(self, jobs: Sequence[Job]) -> None:
+        custom_lease = False
+        with self._lock:
+            for job in jobs:
+                try:
+                    handler: JobHandler[Any, Any] | None = get_handler(job.task)
+                except UnknownTask:
+                    handler = None
+                lease = handler.lease if handler and handler.lease else self.lease
+                custom_lease |= lease != self.lease
+                running = Running(job=job, handler=handler, lease=lease)
+                self._active[job.id] = running
+                self._todo.put(running)
+            self.claimed_total += len(jobs)
+        if custom_lease:
+            self._heartbeat_now.set()
+
+    def _sweep(self) -> None:
+        try:
+            result = Job.objects.sweep()
+        except DB_ERRORS as exc:
+            self._database_trouble("sweep", exc, 1)
+            return
+        if result.to_ready or result.to_dead:
+            logger.warning(
+                "swept expired leases: %d back to ready %s, %d dead %s",
+                len(result.to_ready),
+                result.to_ready[:20],
+                len(result.to_dead),
+                result.to_dead[:20],
+            )
+
+    def _database_trouble(self, what: str, exc: BaseException, failures: int) -> None:
+        """Log, drop the broken connection and back off; the next call reconnects."""
+        logger.warning("database error during %s (%s); retrying", what, str(exc).strip()[:200])
+        try:
+            connections[self.alias].close()
+        except DB_ERRORS:
+            pass
+        self._stopping.wait(min(5.0, 0.1 * 2 ** min(failures, 6)))
+
+    # -- job threads ------------------------------------------------------------------------------
+    def _job_thread(self) -> None:
+        while True:
+            running = self._todo.get()
+            if running is None:
+                return
+            with self._lock:
+                if running.released:
+                    continue
+                running.started_at = time.monotonic()
+            self._outcomes.put(self._execute(running))
+
+    def _execute(self, running: Running) -> Outcome:
+        job = running.job
+        start = time.monotonic()
+        close_old_connections()
+        try:
+            if running.handler is None:
+                raise UnknownTask(job.task)
+            context = JobContext(
+                job_id=job.id,
+                attempt=job.attempts,
+                max_attempts=job.max_attempts,
+                queue=job.queue,
+                task=job.task,
+                idempotency_key=job.idempotency_key,
+                worker_id=self.worker_id,
+            )
+            result = running.handler.run(context, job.args, job.kwargs)
+            check_value(job.task, "return value", result)
+            return Outcome(running, ok=True, duration=time.monotonic() - start, result=result)
+        except BaseException as exc:  # SystemExit/KeyboardInterrupt from a handler is its failure
+            return Outcome(
+                running,
+                ok=False,
+                duration=time.monotonic() - start,
+                error_class=f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins."),
+                message=str(exc),
+                traceback=traceback.format_exc(),
+                retry_in=self._retry_delay(running, exc),
+            )
+        finally:
+            close_old_connections()
+
+    def _retry_delay(self, running: Running, exc: BaseException) -> float | None:
+        attempt = running.job.attempts
+        try:
+            if running.handler is None or isinstance(exc, PayloadNotSerializable | UnknownTask):
+                return default_backoff()(attempt, exc)
+            return running.handler.retry_delay(attempt, exc)
+        except Exception:
+            logger.exception("backoff policy of %s failed; using the default", running.job.task)
+            return default_backoff()(attempt, exc)
+
+    # -- acknowledgements -------------------------------------------------------------------------
+    def _ack_thread(self) -> None:
+        while True:
+            first = self._outcomes.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < 500:
+                try:
+                    item = self._outcomes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    self._write(batch)
+                    return
+                batch.append(item)
+            self._write(batch)
+
+    def _write(self, batch: list[Outcome]) -> None:
+        successes = [o for o in batch if o.ok]
+        failures = [o for o in batch if not o.ok]
+        accepted: set[int] = set()
+        if successes:
+            accepted = self._with_retries(
+                "acknowledge",
+                lambda: Job.objects.complete_many(
+                    self.worker_id, [(*o.running.key, o.result) for o in successes]
+                ),
+                set(),
+            )
+        for o in successes:
+            self._finished(o, "done" if o.running.job.id in accepted else "rejected")
+        for o in failures:
+            outcome = self._with_retries(
+                "record failure",
+                lambda o=o: Job.objects.fail(
+                    o.running.job.id,
+                    self.worker_id,
+                    o.running.job.attempts,
+                    error_class=o.error_class,
+                    message=o.message,
+                    traceback=o.traceback,
+                    retry_in=o.retry_in,
+                ),
+                None,
+            )
+            label = "rejected" if outcome is None else ("dead" if outcome.status == "dead" else "retry")
+            self._finished(o, label)
+
+    def _with_retries(self, what: str, call: Any, fallback: Any) -> Any:
+        """Write an outcome, riding out a dropped connection. If the database stays away the lease
+        lapses and the job runs again, which at-least-once allows."""
+        for attempt in range(1, 6):
+            try:
+                return call()
+            except DB_ERRORS as exc:
+                if attempt == 5:
+                    logger.error("could not %s after %d tries: %s", what, attempt, exc)
+                    return fallback
+                self._database_trouble(what, exc, attempt)
+        return fallback
+
+    def _finished(self, o: Outcome, label: str) -> None:
+        job = o.running.job
+        with self._lock:
+            self._active.pop(job.id, None)
+            self.finished_total += 1
+            self.counts[label] += 1
+        self._wake.set()
+        if label == "rejected":
+            logger.warning(
+                "job %d %s queue=%s attempt=%d: late %s rejected by fencing (lease lost; the job now "
+                "belongs to another worker or was finished) after %.1fms",
+                job.id,
+                job.task,
+                job.queue,
+                job.attempts,
+                "completion" if o.ok else "failure",
+                o.duration * 1000,
+            )
+            return
+        level = logging.INFO if label == "done" else logging.WARNING
+        detail = ""
+        if not o.ok:
+            first_line = (o.message.splitlines() or [""])[0][:200]
+            detail = f": {o.error_class}: {first_line}" if first_line else f": {o.error_class}"
+            if label == "retry" and o.retry_in is not None:
+                detail += f" (next attempt in {o.retry_in:.1f}s)"
+        logger.log(
+            level,
+            "job %d %s queue=%s attempt=%d/%d %s in %.1fms%s",
+            job.id,
+            job.task,
+            job.queue,
+            job.attempts,
+            job.max_attempts,
+            label,
+            o.duration * 1000,
+            detail,
+        )
+
+    # -- heartbeat --------------------------------------------------------------------------------
+    def _heartbeat_thread(self) -> None:
+        while not self._forced.is_set():
+            with self._lock:
+                snapshot = [r for r in self._active.values() if not r.released]
+            interval = min([self.heartbeat_interval, *(r.lease / 3 for r in snapshot)])
+            if self._heartbeat_now.wait(interval):
+                self._heartbeat_now.clear()
+            if self._forced.is_set():
+                return
+            self._beat()
+
+    def _beat(self) -> None:
+        now = time.monotonic()
+        leases: list[tuple[int, int, float]] = []
+        with self._lock:
+            for r in self._active.values():
+                if r.released:
+                    continue
+                timeout = r.handler.timeout if r.handler else None
+                if timeout and r.started_at is not None and now - r.started_at > timeout:
+                    if not r.overran:
+                        r.overran = True
+                        logger.error(
+                            "job %d %s overran its timeout of %.0fs; no longer extending its lease "
+                            "(the sweeper will take it back and this run's result will be rejected)",
+                            r.job.id,
+                            r.job.task,
+                            timeout,
+                        )
+                    continue
+                leases.append((r.job.id, r.job.attempts, r.lease))
+        if not leases:
+            return
+        try:
+            kept = Job.objects.heartbeat(self.worker_id, leases)
+        except DB_ERRORS as exc:
+            logger.warning("heartbeat failed (%s); will retry", str(exc).strip()[:200])
+            close_old_connections()
+            connections[self.alias].close()
+            return
+        lost = [job_id for job_id, _, _ in leases if job_id not in kept]
+        with self._lock:
+            # A job acknowledged between the snapshot and the beat is not lost, just finished.
+            lost = [j for j in lost if j in self._active]
+        if lost:
+            logger.warning("lost the lease of job(s) %s: they were taken back by the sweeper", lost)
+
+    # -- listener ---------------------------------------------------------------------------------
+    def _listen_thread(self) -> None:
+        wanted = set(self.queues) if self.queues else None
+        channel = self.settings.NOTIFY_CHANNEL
+        failures = 0
+        while not self._stopping.is_set():
+            conn = None
+            try:
+                wrapper = connections[self.alias]
+                conn = wrapper.get_new_connection(wrapper.get_connection_params())
+                conn.autocommit = True
+                conn.execute(f'LISTEN "{channel}"')
+                logger.info("listening for notifications on channel %r", channel)
+                failures = 0
+                self._wake.set()  # anything enqueued while we were not listening
+                while not self._stopping.is_set():
+                    for note in conn.notifies(timeout=1.0):
+                        if wanted is None or note.payload in wanted:
+                            self._wake.set()
+            except Exception as exc:
+                if self._stopping.is_set():
+                    return
+                failures += 1
+                logger.warning("listener connection failed (%s); reconnecting", str(exc).strip()[:200])
+                self._stopping.wait(min(5.0, 0.1 * 2 ** min(failures, 6)))
+            finally:
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+            connections[self.alias].close()
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def _start_threads(self) -> None:
+        def start(target: Any, name: str) -> None:
+            t = threading.Thread(target=target, name=f"pgjobs-{name}", daemon=True)
+            t.start()
+            self._threads.append(t)
+
+        for i in range(self.concurrency):
+            start(self._job_thread, f"job-{i}")
+        start(self._ack_thread, "ack")
+        start(self._heartbeat_thread, "heartbeat")
+        if self.listen:
+            start(self._listen_thread, "listen")
+
+    def _shutdown(self) -> int:
+        """Release what has not started, wait for what runs, give back the rest. Nothing stays
+        ``running`` under this worker's name."""
+        self._stopping.set()
+        self._release(lambda r: r.started_at is None, "released on shutdown before it started")
+        deadline = time.monotonic() + self.options.shutdown_timeout
+        while time.monotonic() < deadline and not self._forced.is_set():
+            with self._lock:
+                if not self._active:
+                    break
+            self._wake.wait(0.05)
+            self._wake.clear()
+        self._release(lambda r: True, "released on shutdown while running (not counted as an attempt)")
+        for _ in range(self.concurrency):
+            self._todo.put(None)
+        if not self._forced.is_set():
+            self._outcomes.put(None)
+            ack = next(t for t in self._threads if t.name == "pgjobs-ack")
+            ack.join(timeout=10)
+        self._forced.set()
+        self._heartbeat_now.set()
+        connections.close_all()
+        return 1 if self._forced_by_signal else 0
+
+    _forced_by_signal = False
+
+    def _release(self, which: Any, reason: str) -> None:
+        with self._lock:
+            chosen = [r for r in self._active.values() if not r.released and which(r)]
+            for r in chosen:
+                r.released = True
+        if not chosen:
+            return
+        keys = [r.key for r in chosen]
+        released = self._with_retries(
+            "release jobs", lambda: Job.objects.release(self.worker_id, keys, reason), set()
+        )
+        with self._lock:
+            for r in chosen:
+                self._active.pop(r.job.id, None)
+            self.counts["released"] += len(released)
+        if released:
+            logger.info("released %d job(s) back to ready: %s", len(released), sorted(released)[:20])
+
+    def _install_signal_handlers(self) -> None:
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            name = signal.Signals(signum).name
+            if self._stopping.is_set():
+                logger.warning("%s again: releasing every job now and exiting", name)
+                self._forced_by_signal = True
+                self.stop(force=True)
+            else:
+                logger.info(
+                    "%s: no new claims; waiting up to %.0fs for running jobs (again to force)",
+                    name,
+                    self.options.shutdown_timeout,
+                )
+                self.stop()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)

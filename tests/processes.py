@@ -1,0 +1,122 @@
+"""Real worker processes for tests: start ``runjobs`` against the test database, wait on conditions."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parent.parent
+T = TypeVar("T")
+
+
+def wait_for(condition: Callable[[], T], timeout: float = 30.0, what: str = "condition") -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.2)
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PGJOBS_WORKER_DB_NAME"] = connection.settings_dict["NAME"]
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class WorkerProcess:
+    """``python -m django runjobs ...`` as a child process, with its log captured to a file."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "runjobs") -> None:
+        self.log = tempfile.NamedTemporaryFile(prefix="pgjobs-worker-", suffix=".log", delete=False)
+        self.args = [sys.executable, "-m", "django", command, *args]
+        self.proc = subprocess.Popen(
+            self.args,
+            cwd=ROOT,
+            env=env or worker_env(),
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def output(self) -> str:
+        return Path(self.log.name).read_text(errors="replace")
+
+    def wait_for_log(self, text: str, timeout: float = 30.0) -> None:
+        wait_for(lambda: text in self.output() or self._died(), timeout, f"log line {text!r}")
+        if text not in self.output():
+            raise AssertionError(
+                f"worker exited ({self.proc.returncode}) before logging {text!r}:\n{self.output()}"
+            )
+
+    def _died(self) -> bool:
+        return self.proc.poll() is not None
+
+    def signal(self, signum: int) -> None:
+        self.proc.send_signal(signum)
+
+    def kill(self) -> None:
+        """SIGKILL the worker and everything in its process group (a supervisor's children too)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
+
+    def wait(self, timeout: float = 30.0) -> int:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"worker still running after {timeout}s:\n{self.output()}") from None
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.kill()
+        self.log.close()
+        try:
+            os.unlink(self.log.name)
+        except OSError:
+            pass
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def query(sql: str, params: list[Any] | None = None) -> list[tuple]:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+        return cursor.fetchall()
+
+
+def executions(kind: str | None = None) -> list[tuple]:
+    """Rows of the handlers' side-effect table (kind, job_id, value, pid)."""
+    if not query("SELECT to_regclass('test_executions')")[0][0]:
+        return []
+    if kind is None:
+        return query("SELECT kind, job_id, value, pid FROM test_executions ORDER BY id")
+    return query("SELECT kind, job_id, value, pid FROM test_executions WHERE kind = %s ORDER BY id", [kind])
