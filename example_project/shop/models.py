@@ -18,8 +18,14 @@ class WebhookDelivery(models.Model):
     event = models.CharField(max_length=100)
     deliveries = models.PositiveIntegerField(default=1)
 
+    def __str__(self) -> str:
+        return f"{self.event} {self.idempotency_key} x{self.deliveries}"
+
 
 class Document(models.Model):
     name = models.CharField(max_length=200)
     pages = models.PositiveIntegerField()
     processed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return self.name

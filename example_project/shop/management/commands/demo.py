@@ -137,7 +137,8 @@ class Command(BaseCommand):
         self.stdout.write("  " + "-" * (len(header) - 2))
         for r in rows:
             self.stdout.write(
-                f"  {r['task']:<30} {r['jobs']:>5} {r['done']:>5} {r['dead']:>5} {r['pending']:>5} {r['attempts']:>9}"
+                f"  {r['task']:<30} {r['jobs']:>5} {r['done']:>5} {r['dead']:>5} "
+                f"{r['pending']:>5} {r['attempts']:>9}"
             )
         duplicates = WebhookDelivery.objects.filter(deliveries__gt=1).count()
         self.stdout.write(f"\n  webhook deliveries seen by the partner twice or more: {duplicates}")
