@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -109,6 +110,8 @@ def _schedule(run_at: Any, delay: Any) -> tuple[dt.datetime | None, float]:
         raise InvalidJob(f"delay must be seconds or a timedelta, got {delay!r}")
     if not seconds >= 0:  # also rejects NaN
         raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
+    if not math.isfinite(seconds):  # PostgreSQL would fail with "interval out of range"
+        raise InvalidJob(f"delay must be a finite number of seconds, got {delay!r}")
     return None, float(seconds)
 
 
@@ -152,16 +155,16 @@ class JobManager(models.Manager["Job"]):
 
     # -- plumbing ---------------------------------------------------------------------------------
     @property
-    def alias(self) -> str:
+    def db_alias(self) -> str:
         return self._db or get_settings().DATABASE
 
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple]:
-        with connections[self.alias].cursor() as cursor:
+        with connections[self.db_alias].cursor() as cursor:
             cursor.execute(statement, params)
             return cursor.fetchall() if cursor.description else []
 
     def _build(self, row: Sequence[Any]) -> Job:
-        connection = connections[self.alias]
+        connection = connections[self.db_alias]
         values = list(row[: len(sql.JOB_COLUMNS)])
         # Django's psycopg setup hands jsonb back as text for JSONField.from_db_value; raw rows may
         # already be decoded depending on the cursor, so accept both.
@@ -233,7 +236,7 @@ class JobManager(models.Manager["Job"]):
         """
         prepared = [normalise(j) for j in jobs]
         results: list[Enqueued] = []
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.db_alias):
             for start in range(0, len(prepared), batch_size):
                 results.extend(self._enqueue_batch(prepared[start : start + batch_size]))
         return results
@@ -361,8 +364,8 @@ class JobManager(models.Manager["Job"]):
         ``retry_in=None`` means the backoff policy gave up. The job also goes dead when its attempts
         are spent. Returns None when fencing refused the write.
         """
-        if retry_in is not None and not retry_in >= 0:
-            raise InvalidJob(f"retry delay must be >= 0 seconds, got {retry_in!r}")
+        if retry_in is not None and not (retry_in >= 0 and math.isfinite(retry_in)):
+            raise InvalidJob(f"retry delay must be a finite number >= 0 seconds, got {retry_in!r}")
         summary = f"{error_class}: {message}" if message else error_class
         params = {
             "id": job_id,
@@ -419,7 +422,7 @@ class JobManager(models.Manager["Job"]):
         With ``lock`` only one process per database sweeps at a time (transaction-level advisory
         lock); the others return ``SweepResult(ran=False)`` at once.
         """
-        with transaction.atomic(using=self.alias):
+        with transaction.atomic(using=self.db_alias):
             if lock and not self._execute(sql.TRY_SWEEP_LOCK, {"key": SWEEP_LOCK_KEY})[0][0]:
                 return SweepResult(ran=False)
             rows = self._execute(

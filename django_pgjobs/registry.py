@@ -128,7 +128,7 @@ class JobHandler(Generic[P, R]):
         max_attempts: int | None = None,
     ) -> JobHandler[P, R]:
         """A copy with per-call options, like Django's ``Task.using()``; the registry is unchanged."""
-        given = {
+        given: dict[str, Any] = {
             "queue": queue,
             "priority": priority,
             "run_at": run_at,
@@ -164,11 +164,13 @@ class JobHandler(Generic[P, R]):
         job, created = Job.objects.enqueue(
             self.name,
             self.payload_for(args, kwargs),
-            queue=o.queue or self.queue,
+            # ``is not None``, not ``or``: an explicit bad value (queue="", max_attempts=0) must reach
+            # validation and be refused, not silently replaced by the handler's default.
+            queue=o.queue if o.queue is not None else self.queue,
             priority=o.priority if o.priority is not None else self.priority,
             run_at=o.run_at,
             delay=o.delay,
-            max_attempts=o.max_attempts or self.max_attempts,
+            max_attempts=o.max_attempts if o.max_attempts is not None else self.max_attempts,
             idempotency_key=o.idempotency_key,
         )
         job.created = created  # type: ignore[attr-defined]
