@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import math
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +32,8 @@ MAX_TASK_LENGTH = 200
 MAX_KEY_LENGTH = 255
 MAX_LAST_ERROR = 2000
 SMALLINT = (-32768, 32767)
+#: Longest delay accepted; beyond it timestamps overflow in PostgreSQL.
+MAX_DELAY_SECONDS = 100 * 365.25 * 24 * 3600
 #: Advisory lock key for "one sweeper at a time" (a stable 32-bit hash of the name).
 SWEEP_LOCK_KEY = zlib.crc32(b"django_pgjobs.sweep")
 
@@ -110,8 +111,8 @@ def _schedule(run_at: Any, delay: Any) -> tuple[dt.datetime | None, float]:
         raise InvalidJob(f"delay must be seconds or a timedelta, got {delay!r}")
     if not seconds >= 0:  # also rejects NaN
         raise InvalidJob(f"delay must be >= 0 seconds, got {delay!r}")
-    if not math.isfinite(seconds):  # PostgreSQL would fail with "interval out of range"
-        raise InvalidJob(f"delay must be a finite number of seconds, got {delay!r}")
+    if not seconds <= MAX_DELAY_SECONDS:  # also inf: PostgreSQL would say "interval out of range"
+        raise InvalidJob(f"delay must be at most {MAX_DELAY_SECONDS:.0f} seconds (100 years), got {delay!r}")
     return None, float(seconds)
 
 
@@ -144,6 +145,11 @@ def normalise(new: NewJob) -> dict[str, Any]:
         "delay": delay,
         "idempotency_key": key,
     }
+
+
+def _canonical(payload_json: str) -> str:
+    """A serialised payload with object keys sorted, so equal JSON objects compare equal."""
+    return json.dumps(json.loads(payload_json), sort_keys=True, separators=(",", ":"))
 
 
 def _ids(ids: Iterable[int]) -> list[int]:
@@ -250,7 +256,11 @@ class JobManager(models.Manager["Job"]):
             key = params["idempotency_key"]
             if key is not None and key in first_with_key:
                 earlier = unique[first_with_key[key]]
-                if (earlier["task"], earlier["payload"]) != (params["task"], params["payload"]):
+                # Compare as the table would (jsonb ignores object key order), not as raw text.
+                if (earlier["task"], _canonical(earlier["payload"])) != (
+                    params["task"],
+                    _canonical(params["payload"]),
+                ):
                     raise IdempotencyConflict(key, task=params["task"])
                 position.append(first_with_key[key])
                 continue
@@ -364,7 +374,7 @@ class JobManager(models.Manager["Job"]):
         ``retry_in=None`` means the backoff policy gave up. The job also goes dead when its attempts
         are spent. Returns None when fencing refused the write.
         """
-        if retry_in is not None and not (retry_in >= 0 and math.isfinite(retry_in)):
+        if retry_in is not None and not (0 <= retry_in <= MAX_DELAY_SECONDS):
             raise InvalidJob(f"retry delay must be a finite number >= 0 seconds, got {retry_in!r}")
         summary = f"{error_class}: {message}" if message else error_class
         params = {

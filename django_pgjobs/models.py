@@ -94,6 +94,8 @@ class Job(models.Model):
             # Admin filters and retention pruning: status (+ finished_at) without scanning the table.
             models.Index(fields=["status", "finished_at"], name="pgjobs_job_status_finished_idx"),
             models.Index(fields=["task", "status"], name="pgjobs_job_task_status_idx"),
+            # The admin's queue filter lists distinct queues; without this it scans the table.
+            models.Index(fields=["queue", "status"], name="pgjobs_job_queue_status_idx"),
         ]
 
     def __str__(self) -> str:

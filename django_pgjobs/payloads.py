@@ -24,7 +24,13 @@ def _problem(value: Any, path: str) -> tuple[str, str] | None:
     if isinstance(value, float):
         return None if math.isfinite(value) else (path, f"{value!r} is not valid JSON")
     if isinstance(value, str):
-        return (path, "strings may not contain NUL (\\x00) characters") if "\x00" in value else None
+        if "\x00" in value:
+            return (path, "strings may not contain NUL (\\x00) characters")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate such as "\ud800": jsonb refuses it
+            return (path, "strings must be valid Unicode (this one contains a lone surrogate)")
+        return None
     if isinstance(value, list):
         for i, item in enumerate(value):
             found = _problem(item, f"{path}[{i}]")

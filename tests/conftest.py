@@ -40,3 +40,36 @@ def clean_executions():
     yield
     with connection.cursor() as cursor:
         cursor.execute("DROP TABLE IF EXISTS test_executions")
+
+
+# -- foundation suite helpers ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def pg_connect():
+    """Open direct psycopg connections (autocommit) to the test database; all closed at the end.
+
+    These are real, separate sessions: they see only committed rows, so tests using them need
+    ``@pytest.mark.django_db(transaction=True)``.
+    """
+    import psycopg
+
+    opened: list = []
+
+    def connect(**kwargs):
+        s = connection.settings_dict
+        conn = psycopg.connect(
+            dbname=s["NAME"],
+            user=s["USER"] or None,
+            password=s["PASSWORD"] or None,
+            host=s["HOST"] or None,
+            port=s["PORT"] or None,
+            autocommit=True,
+            **kwargs,
+        )
+        opened.append(conn)
+        return conn
+
+    yield connect
+    for conn in opened:
+        conn.close()

@@ -75,3 +75,63 @@ def kills_worker(context: JobContext) -> None:
 @job(name="tests.bad_result")
 def bad_result() -> Any:
     return {"when": object()}
+
+
+# -- used by the foundation suite (tests/test_payloads.py, tests/test_registry.py) ----------------
+@job(name="tests.identity")
+def identity(*args: Any, **kwargs: Any) -> dict[str, Any]:
+    """Returns exactly what it was called with, so a test can compare it with what was enqueued."""
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@job(name="tests.signature", queue="sig", priority=3, max_attempts=7)
+def signature(a: int, b: int = 2, *, c: Any = None) -> None:
+    """A handler with a real signature and handler-level options, for binding and option tests."""
+
+
+# -- used by the failure suite (tests/failure/) ---------------------------------------------------
+@job(name="tests.slow_first", takes_context=True, backoff=lambda attempt, exc: 0.0)
+def slow_first(context: JobContext, first: float, then: float = 0.0) -> dict[str, Any]:
+    """Slow on its first attempt only, so a reclaimed job finishes quickly on the next worker."""
+    seconds = first if context.attempt == 1 else then
+    _record("slow-start", context.job_id, context.attempt)
+    time.sleep(seconds)
+    _record("slow-end", context.job_id, context.attempt)
+    return {"attempt": context.attempt, "pid": os.getpid()}
+
+
+@job(name="tests.backoff_fails", max_attempts=5, backoff={"base": 2.0, "cap": 3600.0, "jitter": 0.2})
+def backoff_fails() -> None:
+    """Always fails under the default-shaped exponential backoff (base 2, 20 % jitter)."""
+    raise ConnectionError("downstream is down")
+
+
+@job(name="tests.overruns", takes_context=True, timeout=1.0, backoff=lambda attempt, exc: 0.0)
+def overruns(context: JobContext, first: float) -> int:
+    """Runs past its 1 s timeout on the first attempt (so its lease must lapse), quick afterwards."""
+    _record("overrun-start", context.job_id, context.attempt)
+    time.sleep(first if context.attempt == 1 else 0.0)
+    _record("overrun-end", context.job_id, context.attempt)
+    return context.attempt
+
+
+@job(name="tests.exits_process", max_attempts=3, takes_context=True)
+def exits_process(context: JobContext) -> None:
+    """Poison: ends its own worker process without any cleanup, every time."""
+    _record("exit", context.job_id, context.attempt)
+    os._exit(1)
+
+
+@job(name="tests.resilient", takes_context=True, max_attempts=50, backoff=lambda attempt, exc: 0.05)
+def resilient(context: JobContext, seconds: float = 0.0) -> int:
+    """Records its run; may fail while the database is cut away, and then simply retries."""
+    if seconds:
+        time.sleep(seconds)
+    _record("resilient", context.job_id, context.attempt)
+    return context.attempt
+
+
+@job(name="tests.soak", takes_context=True, max_attempts=20, backoff=lambda attempt, exc: 0.0)
+def soak(context: JobContext) -> None:
+    """One side-effect row per execution, nothing else: the soak counts these."""
+    _record("soak", context.job_id, context.attempt)

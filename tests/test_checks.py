@@ -1,0 +1,107 @@
+"""System checks (django_pgjobs.checks): settings that would lose or double-run jobs."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+from django.test import override_settings
+
+from django_pgjobs.checks import check_pgjobs
+
+BASE_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+]
+
+
+def ids(messages) -> list[str]:
+    return [m.id for m in messages]
+
+
+def test_the_test_settings_pass():
+    assert check_pgjobs() == []
+
+
+@pytest.mark.parametrize(
+    "pgjobs",
+    [
+        {"LEASE_SECONDS": 30, "HEARTBEAT_SECONDS": 20},
+        {"LEASE_SECONDS": 30, "HEARTBEAT_SECONDS": 10.01},
+        {"LEASE_SECONDS": 60, "HEARTBEAT_SECONDS": 0},
+        {"LEASE_SECONDS": 60, "HEARTBEAT_SECONDS": -1},
+    ],
+)
+def test_heartbeat_too_close_to_the_lease_is_an_error(pgjobs):
+    with override_settings(PGJOBS=pgjobs):
+        messages = check_pgjobs()
+    assert ids(messages) == ["django_pgjobs.E004"]
+    assert messages[0].is_serious()
+    assert "HEARTBEAT_SECONDS" in messages[0].msg
+
+
+def test_heartbeat_of_a_third_of_the_lease_is_fine():
+    with override_settings(PGJOBS={"LEASE_SECONDS": 30, "HEARTBEAT_SECONDS": 10}):
+        assert check_pgjobs() == []
+
+
+def test_unknown_setting_is_an_error():
+    with override_settings(PGJOBS={"LEASE_SECONDZ": 30}):
+        messages = check_pgjobs()
+    assert ids(messages) == ["django_pgjobs.E001"]
+    assert "LEASE_SECONDZ" in messages[0].msg
+
+
+def test_database_alias_must_exist():
+    with override_settings(PGJOBS={"DATABASE": "nope"}):
+        assert ids(check_pgjobs()) == ["django_pgjobs.E002"]
+
+
+@pytest.mark.parametrize(
+    "pgjobs, expected",
+    [
+        ({"POLL_INTERVAL_SECONDS": 0}, ["django_pgjobs.E005"]),
+        ({"SWEEP_INTERVAL_SECONDS": -1}, ["django_pgjobs.E005"]),
+        ({"DEFAULT_MAX_ATTEMPTS": 0}, ["django_pgjobs.E006"]),
+        ({"BATCH_SIZE": 0}, ["django_pgjobs.E006"]),
+        ({"HISTORY_LIMIT": 0}, ["django_pgjobs.E006"]),
+    ],
+)
+def test_other_bad_values(pgjobs, expected):
+    with override_settings(PGJOBS=pgjobs):
+        assert ids(check_pgjobs()) == expected
+
+
+@pytest.fixture
+def fake_django_extensions(monkeypatch, tmp_path):
+    """An importable stand-in for django_extensions (not installed here): the check only looks at
+    the order of INSTALLED_APPS, but overriding INSTALLED_APPS imports every app listed."""
+    module = types.ModuleType("django_extensions")
+    module.__file__ = str(tmp_path / "__init__.py")
+    monkeypatch.setitem(sys.modules, "django_extensions", module)
+
+
+@pytest.mark.usefixtures("fake_django_extensions")
+def test_django_extensions_listed_first_is_a_warning():
+    with override_settings(INSTALLED_APPS=[*BASE_APPS, "django_extensions", "django_pgjobs"]):
+        messages = check_pgjobs()
+    assert ids(messages) == ["django_pgjobs.W001"]
+    assert not messages[0].is_serious()
+    assert "runjobs" in messages[0].msg
+
+
+@pytest.mark.usefixtures("fake_django_extensions")
+def test_django_extensions_listed_after_is_fine():
+    with override_settings(INSTALLED_APPS=[*BASE_APPS, "django_pgjobs", "django_extensions"]):
+        assert check_pgjobs() == []
+
+
+def test_the_check_is_registered():
+    from django.core import checks
+
+    assert check_pgjobs in checks.registry.registry.get_checks()

@@ -1,0 +1,196 @@
+"""Operator actions (admin): retry, cancel, run_now, discard, edit; none may touch a running job."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from django.utils import timezone
+
+from django_pgjobs.exceptions import InvalidJob, PayloadNotSerializable
+from django_pgjobs.models import Job
+from tests.factories import JobFactory
+from tests.helpers import db_now, past, row_text
+
+pytestmark = pytest.mark.django_db
+
+
+def make(state: str, **kwargs) -> Job:
+    """A job in ``state`` (ready, delayed, running, done, dead) with updated_at in the past."""
+    traits = {"ready": {}, "delayed": {"delayed": True}}.get(state, {state: True})
+    options = {"updated_at": past(), **kwargs}
+    if state == "ready":
+        options.setdefault("run_at", past())
+    return JobFactory(**traits, **options)
+
+
+def unchanged(jobs: list[Job]):
+    before = {j.pk: row_text(j.pk) for j in jobs}
+    return lambda: {pk: row_text(pk) for pk in before} == before
+
+
+# -- retry ---------------------------------------------------------------------------------------
+def test_retry_puts_a_dead_job_back_with_a_fresh_budget():
+    job = make("dead", run_at=past(7200))
+    assert Job.objects.retry([job.pk], by="alice") == [job.pk]
+
+    now = db_now()
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.status, stored.attempts, stored.finished_at) == ("ready", 0, None)
+    assert stored.run_at == now and stored.updated_at == now
+    assert stored.last_error == "RuntimeError: boom"  # kept for the record
+    assert len(stored.history) == 2  # the old failure is kept
+    assert stored.history[-1]["outcome"] == "retried"
+    assert stored.history[-1]["message"] == "retried by alice"
+    (claimed,) = Job.objects.claim(None, "w1")
+    assert claimed.pk == job.pk and claimed.attempts == 1
+
+
+def test_retry_without_operator_name():
+    job = make("dead")
+    Job.objects.retry([job.pk])
+    assert Job.objects.get(pk=job.pk).history[-1]["message"] == "retried"
+
+
+@pytest.mark.parametrize("state", ["ready", "delayed", "running", "done"])
+def test_retry_refuses_jobs_that_are_not_dead(state):
+    job = make(state)
+    same = unchanged([job])
+    assert Job.objects.retry([job.pk]) == []
+    assert same()
+
+
+def test_retry_of_a_mixed_selection_touches_only_dead_jobs():
+    dead = [make("dead"), make("dead")]
+    others = [make("running"), make("ready"), make("done")]
+    same = unchanged(others)
+    assert Job.objects.retry([j.pk for j in dead + others] + [999999]) == sorted(j.pk for j in dead)
+    assert same()
+
+
+# -- cancel --------------------------------------------------------------------------------------
+@pytest.mark.parametrize("state", ["ready", "delayed"])
+def test_cancel_dead_letters_a_waiting_job(state):
+    job = make(state)
+    assert Job.objects.cancel([job.pk], by="bob") == [job.pk]
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.status == "dead"
+    assert stored.finished_at == db_now()
+    assert stored.last_error == "cancelled by bob"
+    assert stored.history[-1]["outcome"] == "cancelled"
+    assert stored.history[-1]["message"] == "cancelled by bob"
+
+
+@pytest.mark.parametrize("state", ["running", "done", "dead"])
+def test_cancel_refuses_running_and_finished_jobs(state):
+    job = make(state)
+    same = unchanged([job])
+    assert Job.objects.cancel([job.pk]) == []
+    assert same()
+
+
+# -- run_now -------------------------------------------------------------------------------------
+def test_run_now_makes_a_delayed_job_due():
+    job = make("delayed")
+    assert Job.objects.run_now([job.pk]) == [job.pk]
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.run_at == db_now()
+    assert stored.status == "ready"
+    assert [j.pk for j in Job.objects.claim(None, "w1")] == [job.pk]
+
+
+@pytest.mark.parametrize("state", ["ready", "running", "done", "dead"])
+def test_run_now_refuses_jobs_that_are_due_or_not_waiting(state):
+    job = make(state, run_at=timezone.now() + dt.timedelta(hours=1)) if state != "ready" else make(state)
+    same = unchanged([job])
+    assert Job.objects.run_now([job.pk]) == []
+    assert same()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_retry_and_run_now_wake_workers(pg_connect):
+    dead = JobFactory(dead=True, queue="retried-q")
+    delayed = JobFactory(delayed=True, queue="run-now-q")
+    listener = pg_connect()
+    listener.execute("LISTEN django_pgjobs")
+    Job.objects.retry([dead.pk])
+    Job.objects.run_now([delayed.pk])
+    assert [n.payload for n in listener.notifies(timeout=10, stop_after=2)] == ["retried-q", "run-now-q"]
+
+
+# -- discard -------------------------------------------------------------------------------------
+def test_discard_deletes_jobs_that_are_not_running():
+    gone = [make("ready"), make("delayed"), make("done"), make("dead")]
+    live = make("running")
+    same = unchanged([live])
+    assert Job.objects.discard([j.pk for j in gone] + [live.pk]) == sorted(j.pk for j in gone)
+    assert list(Job.objects.values_list("pk", flat=True)) == [live.pk]
+    assert same()
+
+
+def test_discard_refuses_a_running_job():
+    live = make("running")
+    same = unchanged([live])
+    assert Job.objects.discard([live.pk]) == []
+    assert same()
+
+
+# -- edit ----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("state", ["ready", "delayed", "dead", "done"])
+def test_edit_changes_a_job_that_is_not_running(state):
+    job = make(state)
+    run_at = timezone.now() + dt.timedelta(days=2)
+    edited = Job.objects.edit(
+        job.pk, payload={"args": [7], "kwargs": {}}, run_at=run_at, priority=-3, max_attempts=8, queue="q2"
+    )
+    stored = Job.objects.get(pk=job.pk)
+    assert edited is not None and edited.pk == job.pk
+    assert stored.payload == {"args": [7], "kwargs": {}}
+    assert (stored.run_at, stored.priority, stored.max_attempts, stored.queue) == (run_at, -3, 8, "q2")
+    assert stored.status == job.status
+    assert stored.updated_at == db_now()
+    assert (edited.payload, edited.queue) == (stored.payload, stored.queue)
+
+
+def test_edit_keeps_what_is_not_given():
+    job = make("ready", payload={"args": [1], "kwargs": {}}, priority=4, max_attempts=3, queue="q1")
+    Job.objects.edit(job.pk, priority=5)
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.payload, stored.priority, stored.max_attempts, stored.queue, stored.run_at) == (
+        {"args": [1], "kwargs": {}},
+        5,
+        3,
+        "q1",
+        job.run_at,
+    )
+
+
+def test_edit_refuses_a_running_job():
+    live = make("running")
+    same = unchanged([live])
+    assert Job.objects.edit(live.pk, priority=9, payload={"args": [1]}) is None
+    assert same()
+
+
+def test_edit_of_a_missing_job_returns_none():
+    assert Job.objects.edit(123456789, priority=1) is None
+
+
+@pytest.mark.parametrize(
+    "changes, error, message",
+    [
+        ({"payload": {"when": dt.datetime(2030, 1, 1)}}, PayloadNotSerializable, "tests.testapp.jobs.record"),
+        ({"payload": [1, 2]}, InvalidJob, "payload must be a JSON object"),
+        ({"run_at": dt.datetime(2030, 1, 1)}, InvalidJob, "naive"),
+        ({"priority": 99999}, InvalidJob, "priority must be between"),
+        ({"max_attempts": 0}, InvalidJob, "max_attempts must be between 1"),
+        ({"queue": ""}, InvalidJob, "queue name"),
+        ({"queue": "q" * 101}, InvalidJob, "queue name"),
+    ],
+)
+def test_edit_validates_like_enqueue_and_writes_nothing(changes, error, message):
+    job = make("ready")
+    same = unchanged([job])
+    with pytest.raises(error, match=message):
+        Job.objects.edit(job.pk, **changes)
+    assert same()
