@@ -1,0 +1,417 @@
+"""The Django admin for jobs: where the queue is operated (often at 3 a.m.).
+
+* **Jobs**: every job, newest first, filterable by status/queue/task, searchable by id, idempotency
+  key, task and error text; counts never run a full ``COUNT(*)`` (see :class:`FastCountPaginator`).
+* **Dead letters**: only dead jobs (the :class:`~django_pgjobs.models.DeadJob` proxy).
+* Actions (retry / cancel / run now need ``django_pgjobs.operate_job``; discard needs delete; edit
+  needs change) go through ``Job.objects`` only, in bounded batches; running jobs are refused.
+* **Overview**: per-queue counts, oldest ready age and the last hour's outcomes.
+
+Both entries use the ``Job`` model's permissions (a dead letter is a job), so one set of grants
+covers both.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from django.contrib import admin, messages
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.html import format_html, format_html_join
+from django.utils.timesince import timesince
+
+from ..exceptions import InvalidJob
+from ..models import DeadJob, Job, Status
+from . import actions
+from .bulk import FastCountPaginator
+from .forms import EDITABLE_FIELDS, JobEditForm
+from .views import QueueFilter, TaskFilter, overview_view
+
+ERROR_EXCERPT = 80
+
+STATUS_COLOURS: dict[str, str] = {
+    Status.READY: "#1f6feb",
+    Status.RUNNING: "#9a6700",
+    Status.DONE: "#1a7f37",
+    Status.DEAD: "#cf222e",
+}
+
+
+def pretty_json(value: Any) -> str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    return format_html('<pre class="pgjobs-json">{}</pre>', text)
+
+
+class JobChangeList(ChangeList):
+    """The list never loads payload/result/history (they can be large): only what the columns show."""
+
+    def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet:
+        return super().get_queryset(request, *args, **kwargs).defer("payload", "result", "history")
+
+
+class JobAdmin(admin.ModelAdmin):
+    list_display: tuple[str, ...] = (
+        "id",
+        "task",
+        "queue",
+        "status_badge",
+        "priority",
+        "attempts_display",
+        "run_at",
+        "age",
+        "error_excerpt",
+    )
+    list_display_links = ("id", "task")
+    list_filter: ClassVar[Any] = ("status", QueueFilter, TaskFilter)
+    search_fields = ("task", "idempotency_key", "last_error")  # see get_search_results
+    search_help_text = "A job id, an exact idempotency key, or part of a task name or error text."
+    ordering: ClassVar[Any] = ("-id",)
+    list_per_page = 100
+    list_max_show_all = 1000
+    show_full_result_count = False
+    paginator = FastCountPaginator
+    actions: Any = (
+        actions.retry_jobs,
+        actions.cancel_jobs,
+        actions.run_jobs_now,
+        actions.discard_jobs,
+    )
+    form = JobEditForm
+    change_list_template = "admin/django_pgjobs/job/change_list.html"
+    change_form_template = "admin/django_pgjobs/job/change_form.html"
+    readonly_fields = (
+        "id",
+        "task",
+        "status_badge",
+        "attempts",
+        "idempotency_key",
+        "payload_pretty",
+        "result_pretty",
+        "last_error_pre",
+        "locked_by",
+        "locked_at",
+        "lease_display",
+        "started_at",
+        "finished_at",
+        "created_at",
+        "updated_at",
+        "history_display",
+        "queue",
+        "priority",
+        "run_at",
+        "max_attempts",
+    )
+
+    # -- permissions: the Job model's grants, for both entries ------------------------------------
+    def _has(self, request: HttpRequest, codename: str) -> bool:
+        return request.user.has_perm(f"{Job._meta.app_label}.{codename}_job")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_module_perms(Job._meta.app_label)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are enqueued by code, through the registry
+
+    def has_view_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        return self._has(request, "view") or self._has(request, "change")
+
+    def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None and obj.status == Status.RUNNING:
+            return False  # a worker holds it: read-only
+        return self._has(request, "change")
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None and obj.status == Status.RUNNING:
+            return False
+        return self._has(request, "delete")
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        return self._has(request, "operate")
+
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
+        found = super().get_actions(request)
+        found.pop("delete_selected", None)  # it deletes with queryset.delete(); discard_jobs is ours
+        return found
+
+    # -- list ---------------------------------------------------------------------------------------
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet, search_term: str
+    ) -> tuple[QuerySet, bool]:
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        condition = Q(idempotency_key=term) | Q(task__icontains=term) | Q(last_error__icontains=term)
+        digits = term.lstrip("#")
+        if digits.isdigit() and int(digits) < 2**63:
+            condition = Q(pk=int(digits)) | Q(idempotency_key=term)
+        return queryset.filter(condition), False
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: Job) -> str:
+        colour = STATUS_COLOURS.get(obj.status, "#57606a")
+        label = obj.status
+        if obj.status == Status.READY and obj.run_at and obj.run_at > timezone.now():
+            label = "delayed"
+        return format_html(
+            '<span class="pgjobs-status pgjobs-status-{}" style="color:{};font-weight:bold">{}</span>',
+            obj.status,
+            colour,
+            label,
+        )
+
+    @admin.display(description="attempts")
+    def attempts_display(self, obj: Job) -> str:
+        return f"{obj.attempts}/{obj.max_attempts}"
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj: Job) -> str:
+        return timesince(obj.created_at, depth=1) if obj.created_at else "-"
+
+    @admin.display(description="last error")
+    def error_excerpt(self, obj: Job) -> str:
+        if not obj.last_error:
+            return "-"
+        first = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
+        return first if len(first) <= ERROR_EXCERPT else first[: ERROR_EXCERPT - 1] + "…"
+
+    # -- the job page -------------------------------------------------------------------------------
+    def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
+        editable = obj is not None and self.has_change_permission(request, obj)
+        if editable:
+            job_fields: tuple[Any, ...] = (
+                "id",
+                "task",
+                "status_badge",
+                "queue",
+                "priority",
+                "run_at",
+                ("attempts", "max_attempts"),
+                "idempotency_key",
+                "payload",
+            )
+        else:
+            job_fields = (
+                "id",
+                "task",
+                "status_badge",
+                "queue",
+                "priority",
+                "run_at",
+                ("attempts", "max_attempts"),
+                "idempotency_key",
+                "payload_pretty",
+            )
+        sets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": job_fields})]
+        if obj is not None and obj.status == Status.RUNNING:
+            sets.append(
+                ("Lease / worker", {"fields": ("locked_by", "locked_at", "lease_display", "started_at")})
+            )
+        sets.append(
+            (
+                "Outcome",
+                {"fields": ("last_error_pre", "result_pretty", "started_at", "finished_at")}
+                if not (obj is not None and obj.status == Status.RUNNING)
+                else {"fields": ("last_error_pre", "finished_at")},
+            )
+        )
+        sets.append(("Attempt history", {"fields": ("history_display",)}))
+        sets.append(("Timestamps", {"classes": ("collapse",), "fields": ("created_at", "updated_at")}))
+        return sets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> tuple[str, ...]:
+        if obj is not None and self.has_change_permission(request, obj):
+            return tuple(f for f in self.readonly_fields if f not in EDITABLE_FIELDS)
+        return self.readonly_fields
+
+    @admin.display(description="payload")
+    def payload_pretty(self, obj: Job) -> str:
+        return pretty_json(obj.payload)
+
+    @admin.display(description="result")
+    def result_pretty(self, obj: Job) -> str:
+        return pretty_json(obj.result)
+
+    @admin.display(description="last error")
+    def last_error_pre(self, obj: Job) -> str:
+        return format_html('<pre class="pgjobs-error">{}</pre>', obj.last_error) if obj.last_error else "-"
+
+    @admin.display(description="lease")
+    def lease_display(self, obj: Job) -> str:
+        if obj.status != Status.RUNNING or obj.lease_expires_at is None:
+            return "no lease (not running)"
+        now = timezone.now()
+        if obj.lease_expires_at > now:
+            return format_html(
+                "held by <strong>{}</strong>, expires in {} (at {})",
+                obj.locked_by,
+                timesince(now, obj.lease_expires_at),
+                obj.lease_expires_at.isoformat(timespec="seconds"),
+            )
+        return format_html(
+            '<strong style="color:#cf222e">expired {} ago</strong> (worker {} presumed gone; '
+            "the sweeper will recover it)",
+            timesince(obj.lease_expires_at, now),
+            obj.locked_by,
+        )
+
+    @admin.display(description="attempts")
+    def history_display(self, obj: Job) -> str:
+        entries = [e for e in (obj.history or []) if isinstance(e, dict)]
+        if not entries:
+            return "no attempts yet"
+        rows = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (
+                    e.get("attempt", "-"),
+                    e.get("outcome", "-"),
+                    e.get("worker", "-"),
+                    _when(e.get("started_at")),
+                    _when(e.get("finished_at")),
+                    _history_error(e),
+                )
+                for e in reversed(entries)
+            ),
+        )
+        return format_html(
+            '<table class="pgjobs-history"><thead><tr><th>attempt</th><th>outcome</th><th>worker</th>'
+            "<th>started</th><th>finished</th><th>error</th></tr></thead><tbody>{}</tbody></table>",
+            rows,
+        )
+
+    # -- editing goes through Job.objects.edit --------------------------------------------------------
+    def changeform_view(
+        self,
+        request: HttpRequest,
+        object_id: str | None = None,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        if request.method == "POST" and object_id is not None and self._has(request, "change"):
+            obj = self.get_object(request, object_id)
+            if obj is not None and obj.status == Status.RUNNING:
+                self.message_user(
+                    request,
+                    f"Job #{obj.pk} is running: a worker holds it, so it cannot be edited. "
+                    "Nothing was changed.",
+                    messages.ERROR,
+                )
+                return HttpResponseRedirect(request.path)
+        return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def save_model(self, request: HttpRequest, obj: Job, form: JobEditForm, change: bool) -> None:
+        request._pgjobs_edit_refused = None  # type: ignore[attr-defined]
+        changes = form.edit_arguments()
+        if not changes:
+            return
+        try:
+            edited = Job.objects.edit(obj.pk, **changes)
+        except InvalidJob as exc:
+            request._pgjobs_edit_refused = str(exc)  # type: ignore[attr-defined]
+            return
+        if edited is None:
+            request._pgjobs_edit_refused = (  # type: ignore[attr-defined]
+                f"Job #{obj.pk} became running (or was deleted) before the change was saved; "
+                "nothing was changed."
+            )
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        pass  # a job has no relations; never call form.save_m2m()/save()
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        if getattr(request, "_pgjobs_edit_refused", None):
+            return None
+        return super().log_change(request, obj, message)
+
+    def response_change(self, request: HttpRequest, obj: Job) -> HttpResponse:
+        refused = getattr(request, "_pgjobs_edit_refused", None)
+        if refused:
+            self.message_user(request, refused, messages.ERROR)
+            return HttpResponseRedirect(request.path)
+        return super().response_change(request, obj)
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        if not Job.objects.discard([obj.pk]):
+            self.message_user(request, f"Job #{obj.pk} is running and was not deleted.", messages.ERROR)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        actions.perform(self, request, queryset, actions.OPERATIONS["discard_jobs"])
+
+    # -- overview page --------------------------------------------------------------------------------
+    def get_urls(self) -> list[URLPattern]:
+        extra = [
+            path(
+                "overview/",
+                self.admin_site.admin_view(lambda request: overview_view(self, request)),
+                name=f"{self.opts.app_label}_{self.opts.model_name}_overview",
+            )
+        ]
+        return extra + super().get_urls()
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
+        extra = {"overview_url": reverse(f"{self.admin_site.name}:django_pgjobs_job_overview")}
+        return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+
+def _when(value: Any) -> str:
+    """A history timestamp (ISO text in jsonb) as local ``YYYY-MM-DD HH:MM:SS``."""
+    if not value:
+        return "-"
+    parsed = parse_datetime(str(value))
+    if parsed is None:
+        return str(value)
+    if timezone.is_aware(parsed):
+        parsed = timezone.localtime(parsed)
+    return parsed.strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _history_error(entry: dict[str, Any]) -> str:
+    error = " ".join(str(entry[k]) for k in ("error_class", "message") if entry.get(k))
+    if not error and not entry.get("traceback"):
+        return "-"
+    if entry.get("traceback"):
+        return format_html(
+            '<details><summary>{}</summary><pre class="pgjobs-traceback">{}</pre></details>',
+            error or "traceback",
+            entry["traceback"],
+        )
+    return error
+
+
+class DeadJobAdmin(JobAdmin):
+    """Dead letters: failed (or cancelled) work, most recent failure first."""
+
+    list_display = (
+        "id",
+        "task",
+        "queue",
+        "attempts_display",
+        "finished_at",
+        "age",
+        "error_excerpt",
+    )
+    list_filter = (QueueFilter, TaskFilter)
+    ordering = ("-finished_at", "-id")
+    actions = (actions.retry_jobs, actions.discard_jobs)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet:
+        return super().get_queryset(request).filter(status=Status.DEAD)
+
+    def get_urls(self) -> list[URLPattern]:
+        return admin.ModelAdmin.get_urls(self)
+
+
+admin.site.register(Job, JobAdmin)
+admin.site.register(DeadJob, DeadJobAdmin)
