@@ -44,11 +44,15 @@ class Supervisor:
         for slot in range(self.processes):
             self._spawn(slot)
         logger.info("supervisor %d started %d worker processes", os.getpid(), self.processes)
-        while self._signals == 0:
+        while self._signals == 0 and self.children:
             for pid, status in self._reap():
                 slot, started = self.children.pop(pid)
                 if self._signals:
-                    break
+                    continue  # stopping: reaped children are simply gone
+                if os.waitstatus_to_exitcode(status) == 0:
+                    # A clean exit is intentional (--burst drained, --max-jobs reached): no restart.
+                    logger.info("worker process %d (slot %d) finished", pid, slot)
+                    continue
                 quick = time.monotonic() - started < QUICK_DEATH_SECONDS
                 quick_deaths[slot] = quick_deaths[slot] + 1 if quick else 0
                 delay = min(30.0, 0.5 * 2 ** quick_deaths[slot]) if quick else 0.0
@@ -60,10 +64,11 @@ class Supervisor:
                     f" in {delay:.1f}s" if delay else "",
                 )
                 if delay and self._sleep(delay):
-                    break
+                    continue
                 self.restarts += 1
                 self._spawn(slot)
-            self._sleep(1.0)
+            if self.children:
+                self._sleep(1.0)
         return self._stop_children()
 
     def _spawn(self, slot: int) -> None:
@@ -120,8 +125,11 @@ class Supervisor:
                 self._sleep(0.1)
         for pid in list(self.children):  # did not stop in time: a last, forceful request
             logger.error("worker process %d did not stop in time; killing it", pid)
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
             worst = 1
         logger.info("supervisor stopped (%d restarts)", self.restarts)
         return 0 if worst == 0 else 1

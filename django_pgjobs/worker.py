@@ -86,6 +86,7 @@ class Running:
     started_at: float | None = None
     released: bool = False
     overran: bool = False
+    lost: bool = False  # fencing refused a heartbeat: the lease is gone for good
 
     @property
     def key(self) -> tuple[int, int]:
@@ -226,19 +227,13 @@ class Worker:
             self._heartbeat_now.set()
 
     def _sweep(self) -> None:
+        # The same pass as ``sweepjobs`` (leases, then retention), bounded so claims are not stalled.
+        from .sweeper import log_report, run_sweep
+
         try:
-            result = Job.objects.sweep()
+            log_report(run_sweep(max_batches=10))
         except DB_ERRORS as exc:
             self._database_trouble("sweep", exc, 1)
-            return
-        if result.to_ready or result.to_dead:
-            logger.warning(
-                "swept expired leases: %d back to ready %s, %d dead %s",
-                len(result.to_ready),
-                result.to_ready[:20],
-                len(result.to_dead),
-                result.to_dead[:20],
-            )
 
     def _database_trouble(self, what: str, exc: BaseException, failures: int) -> None:
         """Log, drop the broken connection and back off; the next call reconnects."""
@@ -421,7 +416,7 @@ class Worker:
         leases: list[tuple[int, int, float]] = []
         with self._lock:
             for r in self._active.values():
-                if r.released:
+                if r.released or r.lost:
                     continue
                 timeout = r.handler.timeout if r.handler else None
                 if timeout and r.started_at is not None and now - r.started_at > timeout:
@@ -449,6 +444,8 @@ class Worker:
         with self._lock:
             # A job acknowledged between the snapshot and the beat is not lost, just finished.
             lost = [j for j in lost if j in self._active]
+            for j in lost:  # no point beating it again (and logging this every beat)
+                self._active[j].lost = True
         if lost:
             logger.warning("lost the lease of job(s) %s: they were taken back by the sweeper", lost)
 

@@ -62,7 +62,13 @@ LOGGING = {
     "loggers": {"django_pgjobs": {"handlers": ["console"], "level": "INFO"}},
 }
 
+# Short timings so failure tests finish quickly; production defaults live in django_pgjobs.conf.
+# Worker processes started by the failure tests get e.g. lease 2 s, heartbeat 0.5 s, sweep 0.5 s
+# through these variables. The heartbeat defaults to a third of the lease (capped at 10 s) so the
+# system check (heartbeat <= lease / 3) holds whatever lease a test picks.
+_TEST_LEASE = float(os.environ.get("PGJOBS_TEST_LEASE", "30"))
 PGJOBS = {
-    # Short timings so failure tests finish quickly; production defaults live in django_pgjobs.conf.
-    "LEASE_SECONDS": float(os.environ.get("PGJOBS_TEST_LEASE", "30")),
+    "LEASE_SECONDS": _TEST_LEASE,
+    "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", min(10.0, _TEST_LEASE / 3))),
+    "SWEEP_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_TEST_SWEEP_INTERVAL", "15")),
 }

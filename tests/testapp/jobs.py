@@ -135,3 +135,10 @@ def resilient(context: JobContext, seconds: float = 0.0) -> int:
 def soak(context: JobContext) -> None:
     """One side-effect row per execution, nothing else: the soak counts these."""
     _record("soak", context.job_id, context.attempt)
+
+
+@job(name="tests.long_lease", takes_context=True, lease=30.0)
+def long_lease(context: JobContext, seconds: float) -> None:
+    """A handler with its own lease, longer than the worker's default."""
+    _record("long-lease-start", context.job_id, context.attempt)
+    time.sleep(seconds)

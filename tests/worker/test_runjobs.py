@@ -231,3 +231,11 @@ def _children(pid: int) -> list[int]:
             return [int(p) for p in f.read().split()]
     except FileNotFoundError:
         return []
+
+
+def test_processes_with_burst_exit_when_drained(workers):
+    ids = [jobs.echo.enqueue(i).id for i in range(6)]
+    supervisor = workers("--processes", "2", "--burst")
+    assert supervisor.wait(60) == 0, supervisor.output()
+    assert Job.objects.filter(pk__in=ids, status="done").count() == 6
+    assert "restarting" not in supervisor.output()

@@ -1,0 +1,573 @@
+"""Throughput and wake-up latency of django-pgjobs, each beside a raw psycopg baseline of the seed's SQL.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/bench_queue.py            # 20,000 jobs
+    .venv/bin/python benchmarks/bench_queue.py --quick    # 2,000 jobs, a smoke run
+
+The machine is shared and noisy, so every figure is printed beside a baseline measured in the same
+run, right before it, with the ratio ours / baseline. The baseline is the seed article's own SQL
+(``jobs`` table, exact DDL) driven by psycopg 3 directly: no Django, no threads, no fencing, no
+history. Each raw statement runs in autocommit, i.e. it is its own transaction (the seed wraps each
+one in ``with conn.transaction()``; in autocommit that adds a BEGIN and a COMMIT round trip, so this
+baseline is the stronger one).
+
+The script drops and recreates its own scratch database (``--db-name``, default ``pgjobs_bench``) on
+the server of ``--database-url`` (default ``$DATABASE_URL``, else ``postgres://postgres@127.0.0.1:5432``),
+migrates ``django_pgjobs`` into it and creates the seed's table beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from psycopg.rows import dict_row
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# -- the seed's SQL, verbatim (the raw baseline) -------------------------------------------------
+SEED_DDL = """
+CREATE TABLE jobs (
+    id              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    queue           text NOT NULL DEFAULT 'default',
+    payload         jsonb NOT NULL,
+    status          text NOT NULL DEFAULT 'ready'
+                    CHECK (status IN ('ready', 'running', 'done', 'dead')),
+    attempts        integer NOT NULL DEFAULT 0,
+    max_attempts    integer NOT NULL DEFAULT 5,
+    run_at          timestamptz NOT NULL DEFAULT now(),
+    locked_at       timestamptz,
+    locked_by       text,
+    idempotency_key text UNIQUE,
+    last_error      text,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    updated_at      timestamptz NOT NULL DEFAULT now()
+);
+
+CREATE INDEX jobs_ready_idx
+    ON jobs (queue, run_at, id)
+    WHERE status = 'ready';
+"""
+
+SEED_ENQUEUE = """\
+INSERT INTO jobs (queue, payload, idempotency_key)
+VALUES (%s, %s, %s)
+ON CONFLICT (idempotency_key) DO NOTHING
+RETURNING id"""
+
+CLAIM_SQL = """\
+WITH candidate AS (
+    SELECT id FROM jobs
+    WHERE status = 'ready' AND queue = %s AND run_at <= now()
+    ORDER BY run_at, id
+    FOR UPDATE SKIP LOCKED
+    LIMIT 1
+)
+UPDATE jobs AS j
+SET status = 'running', locked_at = now(), locked_by = %s,
+    attempts = attempts + 1, updated_at = now()
+FROM candidate
+WHERE j.id = candidate.id
+RETURNING j.*
+"""
+CLAIM_BATCH_SQL = CLAIM_SQL.replace("LIMIT 1", "LIMIT 100")
+
+COMPLETE_SQL = """UPDATE jobs SET status = 'done', locked_at = NULL,
+               locked_by = NULL, updated_at = now()
+               WHERE id = %s AND locked_by = %s"""
+COMPLETE_BATCH_SQL = COMPLETE_SQL.replace("WHERE id = %s", "WHERE id = ANY(%s)")
+
+PAYLOAD = {"args": [], "kwargs": {}}  # what ``noop.enqueue()`` stores
+TASK = "bench.noop"
+RAW_WORKER = "bench:raw"
+
+
+# -- plumbing -------------------------------------------------------------------------------------
+def server_url(url: str, dbname: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + dbname))
+
+
+def connect(url: str, **kwargs: Any) -> psycopg.Connection:
+    return psycopg.connect(url, autocommit=True, **kwargs)
+
+
+def recreate_database(url: str, name: str) -> None:
+    admin_db = urlsplit(url).path.lstrip("/") or "postgres"
+    if admin_db == name:
+        admin_db = "postgres"
+    with connect(server_url(url, admin_db)) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def worker_env(db_url: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "benchmarks.settings"
+    env["PGJOBS_BENCH_DATABASE_URL"] = db_url
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def chunks(n: int, size: int) -> list[int]:
+    return [min(size, n - i) for i in range(0, n, size)]
+
+
+@dataclass
+class Row:
+    measurement: str
+    ours: float
+    base: float
+    base_label: str
+    unit: str
+    higher_is_better: bool = True
+
+    def ratio(self) -> str:
+        return f"{self.ours / self.base:.2f}x" if self.base else "-"
+
+
+def fmt(value: float, unit: str) -> str:
+    if unit == "ms":
+        return f"{value:,.2f} ms"
+    return f"{value:,.0f} /s"
+
+
+# -- the benchmark --------------------------------------------------------------------------------
+class Bench:
+    def __init__(self, db_url: str, n: int, latency_samples: int, verbose: bool) -> None:
+        self.db_url = db_url
+        self.n = n
+        self.latency_samples = latency_samples
+        self.verbose = verbose
+        self.rows: list[Row] = []
+        self.notes: list[str] = []
+        self.raw = connect(db_url)
+
+    def log(self, message: str) -> None:
+        print(f"  .. {message}", file=sys.stderr, flush=True)
+
+    # -- setup ------------------------------------------------------------------------------------
+    def setup(self) -> None:
+        os.environ.update(worker_env(self.db_url))
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", "django_pgjobs", verbosity=0)
+        self.raw.execute(SEED_DDL)
+
+    def reset(self) -> None:
+        from django.db import connection
+
+        connection.close()
+        self.raw.execute("TRUNCATE jobs, pgjobs_job RESTART IDENTITY")
+
+    def vacuum(self) -> None:
+        self.raw.execute("VACUUM ANALYZE jobs")
+        self.raw.execute("VACUUM ANALYZE pgjobs_job")
+
+    # -- enqueue ----------------------------------------------------------------------------------
+    def raw_enqueue_single(self) -> float:
+        payload = json.dumps(PAYLOAD)
+        start = time.perf_counter()
+        for _ in range(self.n):
+            self.raw.execute(SEED_ENQUEUE, ("default", payload, None)).fetchone()
+        return self.n / (time.perf_counter() - start)
+
+    def raw_enqueue_bulk(self, size: int = 1000) -> float:
+        payload = json.dumps(PAYLOAD)
+        start = time.perf_counter()
+        for count in chunks(self.n, size):
+            values = ", ".join(["(%s, %s)"] * count)
+            params: list[Any] = []
+            for _ in range(count):
+                params += ["default", payload]
+            self.raw.execute(f"INSERT INTO jobs (queue, payload) VALUES {values}", params)
+        return self.n / (time.perf_counter() - start)
+
+    def ours_enqueue_single(self) -> float:
+        from benchmarks.jobs import noop
+
+        start = time.perf_counter()
+        for _ in range(self.n):
+            noop.enqueue()
+        return self.n / (time.perf_counter() - start)
+
+    def ours_enqueue_bulk(self, size: int = 1000) -> float:
+        from django_pgjobs.managers import NewJob
+        from django_pgjobs.models import Job
+
+        start = time.perf_counter()
+        for count in chunks(self.n, size):
+            Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
+        return self.n / (time.perf_counter() - start)
+
+    def check_enqueued(self, table: str) -> None:
+        count = self.raw.execute(f"SELECT count(*) FROM {table} WHERE status = 'ready'").fetchone()[0]
+        if count != self.n:
+            raise SystemExit(f"expected {self.n} ready rows in {table}, found {count}")
+
+    def enqueue(self) -> None:
+        for label, raw, ours, base_label in (
+            (
+                "enqueue, one per call",
+                self.raw_enqueue_single,
+                self.ours_enqueue_single,
+                "INSERT, 1 per transaction",
+            ),
+            (
+                "enqueue, bulk 1000 per call",
+                self.raw_enqueue_bulk,
+                self.ours_enqueue_bulk,
+                "multi-row INSERT per 1000",
+            ),
+        ):
+            self.reset()
+            self.log(f"{label}: raw")
+            base = raw()
+            self.check_enqueued("jobs")
+            self.log(f"{label}: ours")
+            mine = ours()
+            self.check_enqueued("pgjobs_job")
+            self.rows.append(Row(f"{label} (jobs/s)", mine, base, base_label, "/s"))
+
+    # -- drain ------------------------------------------------------------------------------------
+    def raw_drain(self, batch: bool) -> float:
+        self.reset()
+        self.raw_enqueue_bulk()
+        self.vacuum()
+        conn = connect(self.db_url, row_factory=dict_row)
+        done = 0
+        start = time.perf_counter()
+        if batch:
+            while True:
+                jobs = conn.execute(CLAIM_BATCH_SQL, ("default", RAW_WORKER)).fetchall()
+                if not jobs:
+                    break
+                conn.execute(COMPLETE_BATCH_SQL, ([j["id"] for j in jobs], RAW_WORKER))
+                done += len(jobs)
+        else:
+            while True:
+                job = conn.execute(CLAIM_SQL, ("default", RAW_WORKER)).fetchone()
+                if job is None:
+                    break
+                conn.execute(COMPLETE_SQL, (job["id"], RAW_WORKER))
+                done += 1
+        elapsed = time.perf_counter() - start
+        conn.close()
+        left = self.raw.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone()[0]
+        if done != self.n or left:
+            raise SystemExit(f"raw drain: {done} done, {left} not done")
+        return self.n / elapsed
+
+    def ours_drain(self, args: list[str]) -> tuple[float, float]:
+        """(jobs/s from process start to exit, jobs/s from the first start to the last finish)."""
+        from django_pgjobs.managers import NewJob
+        from django_pgjobs.models import Job
+
+        self.reset()
+        for count in chunks(self.n, 5000):
+            Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
+        from django.db import connection
+
+        connection.close()
+        self.vacuum()
+        burst = "-p" not in args and "--processes" not in args
+        log = tempfile.TemporaryFile()
+        cmd = [sys.executable, "-m", "django", "runjobs", "-v", "0", *args]
+        if burst:
+            cmd.append("--burst")
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=worker_env(self.db_url), stdout=log, stderr=subprocess.STDOUT
+        )
+        if burst:
+            code = proc.wait()
+            elapsed = time.perf_counter() - start
+        else:
+            # ``runjobs --processes P --burst`` never exits (the supervisor restarts every child that
+            # exits, burst or not), so run it without --burst and stop it once the DB shows all done.
+            while True:
+                left = self.raw.execute("SELECT count(*) FROM pgjobs_job WHERE status <> 'done'").fetchone()[
+                    0
+                ]
+                if not left or proc.poll() is not None:
+                    break
+                time.sleep(0.02)
+            elapsed = time.perf_counter() - start
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+        log.seek(0)
+        output = log.read().decode(errors="replace").strip()
+        log.close()
+        if code != 0 or (output and self.verbose):
+            print(output, file=sys.stderr)
+        if code != 0:
+            raise SystemExit(f"{' '.join(cmd)} exited with {code}")
+        row = self.raw.execute(
+            """SELECT count(*) FILTER (WHERE status = 'done'), count(*), max(attempts),
+                      extract(epoch FROM max(finished_at) - min(started_at))
+               FROM pgjobs_job"""
+        ).fetchone()
+        done, total, max_attempts, span = row
+        if done != self.n or total != self.n or max_attempts != 1:
+            raise SystemExit(f"ours {args}: {done}/{total} done, max attempts {max_attempts}")
+        return self.n / elapsed, self.n / float(span)
+
+    def drain(self, configs: list[tuple[str, list[str], bool]]) -> None:
+        for label, args, batched in configs:
+            base_label = "claim+ack 100/statement" if batched else "claim+ack 1/transaction"
+            self.log(f"drain {label}: raw baseline ({base_label})")
+            base = self.raw_drain(batched)
+            self.log(f"drain {label}: ours")
+            wall, span = self.ours_drain(args)
+            self.rows.append(
+                Row(f"drain {label}, process start->exit (jobs/s)", wall, base, base_label, "/s")
+            )
+            self.rows.append(Row(f"drain {label}, first start->last finish", span, base, base_label, "/s"))
+
+    # -- idle wake-up latency ---------------------------------------------------------------------
+    def raw_wakeup(self) -> tuple[list[float], list[float]]:
+        """Seed SQL woken by NOTIFY: (claim start - created_at on the DB clock, pure NOTIFY delivery)."""
+        self.reset()
+        listener = connect(self.db_url, row_factory=dict_row)
+        listener.execute("LISTEN bench_wake")
+        done = threading.Event()
+        stop = threading.Event()
+        received: list[float] = []
+        claim: list[float] = []  # locked_at - created_at of each claimed row (DB clock), ms
+        mode = {"claim": True}
+
+        def listen() -> None:
+            while not stop.is_set():
+                # Act after the generator returns: it holds the connection while it waits.
+                if not list(listener.notifies(timeout=0.2, stop_after=1)):
+                    continue
+                received.append(time.perf_counter())
+                if mode["claim"]:
+                    job = listener.execute(CLAIM_SQL, ("default", RAW_WORKER)).fetchone()
+                    if job is not None:
+                        claim.append((job["locked_at"] - job["created_at"]).total_seconds() * 1000)
+                        listener.execute(COMPLETE_SQL, (job["id"], RAW_WORKER))
+                done.set()
+
+        thread = threading.Thread(target=listen, daemon=True)
+        thread.start()
+        payload = json.dumps(PAYLOAD)
+        for _ in range(self.latency_samples):
+            done.clear()
+            # One statement (its own transaction), like ours: insert and notify commit together.
+            self.raw.execute(
+                """WITH ins AS (INSERT INTO jobs (queue, payload) VALUES ('default', %s) RETURNING id)
+                   SELECT id, pg_notify('bench_wake', 'default') FROM ins""",
+                (payload,),
+            ).fetchone()
+            if not done.wait(10):
+                raise SystemExit("raw listener did not wake up")
+            time.sleep(0.01)
+        mode["claim"] = False
+        delivery = []
+        for _ in range(self.latency_samples):
+            done.clear()
+            received.clear()
+            sent = time.perf_counter()
+            self.raw.execute("SELECT pg_notify('bench_wake', 'ping')")
+            if not done.wait(10):
+                raise SystemExit("raw listener did not receive a notification")
+            delivery.append((received[0] - sent) * 1000)
+            time.sleep(0.01)
+        stop.set()
+        thread.join()
+        listener.close()
+        return claim, delivery
+
+    def ours_wakeup(self) -> list[float]:
+        from benchmarks.jobs import noop
+
+        self.reset()
+        log = tempfile.TemporaryFile()
+        cmd = [sys.executable, "-m", "django", "runjobs", "-v", "0", "-c", "1", "--poll-interval", "30"]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=worker_env(self.db_url), stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+
+            def wait(condition: Callable[[], bool], what: str) -> None:
+                deadline = time.monotonic() + 30
+                while not condition():
+                    if proc.poll() is not None or time.monotonic() > deadline:
+                        raise SystemExit(f"worker: timed out waiting for {what}")
+                    time.sleep(0.002)
+
+            def listening() -> bool:
+                return bool(
+                    self.raw.execute(
+                        """SELECT count(*) FROM pg_stat_activity
+                           WHERE datname = current_database() AND query LIKE 'LISTEN%%'"""
+                    ).fetchone()[0]
+                )
+
+            def finished(job_id: int) -> Callable[[], bool]:
+                query = "SELECT status = 'done' FROM pgjobs_job WHERE id = %s"
+                return lambda: bool(self.raw.execute(query, (job_id,)).fetchone()[0])
+
+            wait(listening, "LISTEN")
+            warm = noop.enqueue()  # the first claim after start-up, not a wake-up
+            wait(finished(warm.id), "the warm-up job")
+            time.sleep(0.1)
+            ids = []
+            for _ in range(self.latency_samples):
+                job = noop.enqueue()
+                ids.append(job.id)
+                wait(finished(job.id), f"job {job.id}")
+                time.sleep(0.01)  # let the worker go idle again (its post-ack claim finds nothing)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=60)
+            log.close()
+        return [
+            float(r[0]) * 1000
+            for r in self.raw.execute(
+                "SELECT extract(epoch FROM started_at - created_at) FROM pgjobs_job WHERE id = ANY(%s)",
+                (ids,),
+            ).fetchall()
+        ]
+
+    def wakeup(self) -> None:
+        self.log(f"idle wake-up: raw LISTEN baseline ({self.latency_samples} jobs)")
+        base_claim, base_delivery = self.raw_wakeup()
+        self.log(f"idle wake-up: ours, runjobs -c 1 --poll-interval 30 ({self.latency_samples} jobs)")
+        mine = self.ours_wakeup()
+        if len(mine) != self.latency_samples or len(base_claim) != self.latency_samples:
+            raise SystemExit("missing latency samples")
+        for name, pick in (("p50", 0.50), ("p95", 0.95), ("max", 1.0)):
+            ours, base, pure = (percentile(s, pick) for s in (mine, base_claim, base_delivery))
+            self.rows.append(
+                Row(f"idle wake-up {name}, created->started", ours, base, "LISTEN+seed claim", "ms", False)
+            )
+            self.notes.append(f"raw NOTIFY delivery alone (client clock), {name}: {pure:.2f} ms")
+
+    # -- report -----------------------------------------------------------------------------------
+    def table(self) -> str:
+        head = ("measurement", "ours", "baseline (raw psycopg, seed SQL)", "ours/base")
+        body = [
+            (r.measurement, fmt(r.ours, r.unit), f"{fmt(r.base, r.unit)}  {r.base_label}", r.ratio())
+            for r in self.rows
+        ]
+        widths = [max(len(x[i]) for x in [head, *body]) for i in range(4)]
+        line = "  ".join("-" * w for w in widths)
+        out = [
+            "  ".join(
+                h.ljust(w) if i in (0, 2) else h.rjust(w)
+                for i, (h, w) in enumerate(zip(head, widths, strict=True))
+            ),
+            line,
+        ]
+        for r in body:
+            out.append(
+                "  ".join(
+                    c.ljust(w) if i in (0, 2) else c.rjust(w)
+                    for i, (c, w) in enumerate(zip(r, widths, strict=True))
+                )
+            )
+        return "\n".join(out)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    if q >= 1.0:
+        return ordered[-1]
+    return statistics.quantiles(ordered, n=100, method="inclusive")[round(q * 100) - 1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", "-n", type=int, default=20_000, help="Jobs per measurement (20000).")
+    parser.add_argument("--quick", action="store_true", help="Smoke run: 2,000 jobs, 50 latency samples.")
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres",
+        help="Server to use (its database is only used to create the scratch one).",
+    )
+    parser.add_argument("--db-name", default="pgjobs_bench", help="Scratch database (dropped first).")
+    parser.add_argument("--latency-samples", type=int, default=200)
+    parser.add_argument(
+        "--only",
+        choices=("enqueue", "drain", "wakeup"),
+        action="append",
+        help="Run only these parts (repeatable).",
+    )
+    parser.add_argument(
+        "--server-side-binding",
+        action="store_true",
+        help="Run our side with OPTIONS server_side_binding=True (prepared statements).",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="Show the workers' output.")
+    args = parser.parse_args(argv)
+    n = 2000 if args.quick else args.jobs
+    samples = 50 if args.quick else args.latency_samples
+    parts = args.only or ["enqueue", "drain", "wakeup"]
+
+    if args.server_side_binding:
+        os.environ["PGJOBS_BENCH_SERVER_SIDE_BINDING"] = "1"
+    recreate_database(args.database_url, args.db_name)
+    bench = Bench(server_url(args.database_url, args.db_name), n, samples, args.verbose)
+    bench.setup()
+    started = time.perf_counter()
+    if "enqueue" in parts:
+        bench.enqueue()
+    if "drain" in parts:
+        bench.drain(
+            [
+                ("runjobs -c 1", ["-c", "1"], False),
+                ("runjobs -c 1", ["-c", "1"], True),
+                ("runjobs -c 8", ["-c", "8"], True),
+                ("runjobs -c 32", ["-c", "32"], True),
+                ("runjobs -p 2 -c 16", ["-p", "2", "-c", "16"], True),
+            ]
+        )
+    if "wakeup" in parts:
+        bench.wakeup()
+
+    with psycopg.connect(bench.db_url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+    print(
+        f"\ndjango-pgjobs benchmark: {n:,} no-op jobs per measurement, {samples} wake-up samples, "
+        f"PostgreSQL {version}, {os.cpu_count()} CPUs, {time.perf_counter() - started:.0f}s"
+        + (", ours with server_side_binding=True" if args.server_side_binding else "")
+    )
+    print(bench.table())
+    for note in bench.notes:
+        print(f"  {note}")
+    print(
+        "  ratio = ours / baseline (throughput: higher is better; latency: lower is better). Each "
+        "baseline was measured right before its row."
+    )
+    bench.raw.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Tests of the embedded PostgreSQL engine itself (real binaries, real servers, real processes)."""

@@ -1,0 +1,177 @@
+"""More ways things break: poison jobs, timeouts, cut connections, a PostgreSQL restart."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from django_pgjobs.models import Job
+from tests.failure.helpers import fast_env
+from tests.processes import executions, query, wait_for
+from tests.testapp import jobs
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_executions")]
+
+
+def status_of(job_id: int) -> str:
+    return Job.objects.get(pk=job_id).status
+
+
+def counts(ids: list[int]) -> dict[str, int]:
+    return dict(Counter(Job.objects.filter(pk__in=ids).values_list("status", flat=True)))
+
+
+@pytest.mark.parametrize(
+    ("handler", "kind", "max_attempts"),
+    [(jobs.kills_worker, "kill", 2), (jobs.exits_process, "exit", 3)],
+    ids=["sigkill-self", "os-exit"],
+)
+def test_poison_job_that_kills_its_worker_ends_dead(workers, handler, kind, max_attempts):
+    job = handler.enqueue()
+    supervisor = workers("--processes", "2", "--poll-interval", "0.2", env=fast_env())
+    wait_for(lambda: status_of(job.id) == "dead", 90, "the poison job to go dead")
+    job.refresh_from_db()
+    assert job.attempts == max_attempts
+    assert [h["outcome"] for h in job.history] == ["lease expired"] * max_attempts
+    assert job.last_error.startswith("lease expired (worker ")
+    runs = executions(kind)
+    assert [int(v) for _, _, v, _ in runs] == list(range(1, max_attempts + 1))
+    assert len({pid for *_, pid in runs}) == max_attempts  # a fresh process each time
+    # It does not loop: the workers are still serving, and nothing else happens to the poison job.
+    after = jobs.echo.enqueue("after the poison")
+    wait_for(lambda: status_of(after.id) == "done", 60, "a normal job after the poison job")
+    assert len(executions(kind)) == max_attempts
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(60) == 0, supervisor.output()
+
+
+def test_a_job_past_its_timeout_loses_its_lease_and_its_result_is_fenced(workers):
+    """A live worker keeps a job only until the handler's ``timeout``: then it stops heartbeating,
+    the lease lapses, the job is taken back and rerun, and the overrunning run's result is refused."""
+    job = jobs.overruns.enqueue(first=5.0)  # timeout 1 s, lease 2 s
+    worker = workers("--concurrency", "2", "--worker-id", "slowpoke", env=fast_env())
+    wait_for(lambda: status_of(job.id) == "done", 60, "the rerun to finish")
+    worker.wait_for_log("overran its timeout of 1s", timeout=30)
+    worker.wait_for_log("late completion rejected by fencing", timeout=30)
+    job.refresh_from_db()
+    assert job.result == 2 and job.attempts == 2
+    assert [h["outcome"] for h in job.history] == ["lease expired", "done"]
+    assert [v for _, _, v, _ in executions("overrun-end")] == ["2", "1"]
+
+
+def lease_left(job_id: int) -> float:
+    row = query("SELECT extract(epoch FROM lease_expires_at - now()) FROM pgjobs_job WHERE id = %s", [job_id])
+    return float(row[0][0] or 0)
+
+
+def test_a_handler_lease_replaces_the_worker_default(workers):
+    job = jobs.long_lease.enqueue(3.0)  # lease 30 s, under a worker whose default lease is 2 s
+    workers(env=fast_env())
+    wait_for(lambda: executions("long-lease-start"), 60, "the job to start")
+    # The first heartbeat, sent as the job starts, sets the handler's own lease.
+    wait_for(lambda: lease_left(job.id) > 10, 30, "the handler's lease to be applied")
+    left = lease_left(job.id)
+    assert 10 < left <= 30
+    wait_for(lambda: status_of(job.id) == "done", 60, "the job to finish")
+
+
+def _cut_connections() -> int:
+    """pg_terminate_backend on every other session of the test database: the workers' claim, job,
+    heartbeat, acknowledger and listener connections. Returns how many were cut."""
+    return query(
+        "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
+        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )[0][0]
+
+
+def test_connections_cut_repeatedly_under_running_workers(workers):
+    n = 600
+    ids = [j.id for j in [jobs.resilient.enqueue(0.01) for _ in range(n)]]
+    procs = [workers("--concurrency", "2", "--poll-interval", "0.2", env=fast_env()) for _ in range(2)]
+    cut = 0
+    for _ in range(6):
+        before = Job.objects.filter(pk__in=ids, status="done").count()
+        if before >= n - 60:
+            break
+        # Pace the cuts by progress, not by the clock: each round the workers must have reconnected
+        # and finished more jobs before their connections are cut again.
+        wait_for(
+            lambda before=before: Job.objects.filter(pk__in=ids, status="done").count() >= before + 30,
+            60,
+            "progress after reconnecting",
+        )
+        cut += _cut_connections()
+    wait_for(lambda: counts(ids) == {"done": n}, 120, f"all {n} jobs done: {counts(ids)}")
+    assert cut >= 6
+    assert all(p.proc.poll() is None for p in procs), "a worker died"
+    assert any("database error" in p.output() or "failed" in p.output() for p in procs)
+    ran = Counter(job_id for _, job_id, _, _ in executions("resilient"))
+    assert set(ran) == set(ids)  # none lost
+    print(f"cut {cut} connections over 6 rounds; {n} jobs done; {sum(ran.values()) - n} extra runs")
+    # And they carry on afterwards.
+    last = jobs.echo.enqueue("after the cuts")
+    wait_for(lambda: status_of(last.id) == "done", 30, "a job after the cuts")
+
+
+# -- PostgreSQL restart ---------------------------------------------------------------------------
+def _restart_postgres() -> None:
+    """Restart the server the suite runs on, and make sure it is up again afterwards."""
+    settings = connection.settings_dict
+    if settings["ENGINE"] == "django_pgjobs.embedded":
+        from django_pgjobs.embedded import server
+
+        info = server.current_server(settings.get("EMBEDDED") or {})
+        assert info is not None, "embedded server not running"
+        connection.close()
+        assert server.stop_server(info.data_dir, mode="fast", timeout=60)
+        connection.ensure_connection()  # the engine starts the server again on the next connection
+        return
+    if settings["HOST"] not in ("127.0.0.1", "localhost", "::1") or not shutil.which("pg_lsclusters"):
+        pytest.skip("not a local Debian cluster we may restart")
+    port = str(settings["PORT"] or 5432)
+    clusters = [
+        line.split() for line in subprocess.check_output(["pg_lsclusters", "-h"], text=True).splitlines()
+    ]
+    version, name = next((c[0], c[1]) for c in clusters if c[2] == port)
+    connection.close()
+    try:
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "restart", "-m", "fast"],
+            check=True,
+            timeout=120,
+        )
+    finally:
+        status = subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "status"])
+        if status.returncode != 0:  # never leave the shared server down
+            subprocess.run(
+                ["pg_ctlcluster", "--skip-systemctl-redirect", version, name, "start"], timeout=120
+            )
+
+
+def _reachable() -> bool:
+    try:
+        connection.close()
+        connection.ensure_connection()
+        return True
+    except Exception:
+        return False
+
+
+@pytest.mark.slow
+def test_postgres_restart_while_workers_run(workers):
+    n = 400
+    ids = [j.id for j in [jobs.resilient.enqueue(0.02) for _ in range(n)]]
+    procs = [workers("--concurrency", "2", "--poll-interval", "0.2", env=fast_env()) for _ in range(2)]
+    wait_for(lambda: Job.objects.filter(pk__in=ids, status="done").count() >= 50, 60, "work in flight")
+    _restart_postgres()
+    wait_for(_reachable, 60, "the server to accept connections again")
+    wait_for(lambda: counts(ids) == {"done": n}, 180, f"all {n} jobs done: {counts(ids)}")
+    assert all(p.proc.poll() is None for p in procs), "a worker died"
+    ran = Counter(job_id for _, job_id, _, _ in executions("resilient"))
+    assert set(ran) == set(ids)
+    print(f"postgres restarted under 2 workers: {n} jobs done, {sum(ran.values()) - n} extra runs")
