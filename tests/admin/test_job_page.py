@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 from typing import Any
 
 import pytest
@@ -150,3 +151,68 @@ def test_delete_button_discards_through_the_manager_and_running_jobs_cannot_be_d
     assert not Job.objects.filter(pk=dead.pk).exists()
     assert client.post(f"{JOBS_URL}{running.pk}/delete/", {"post": "yes"}).status_code == 403
     assert Job.objects.filter(pk=running.pk).exists()
+
+
+def _buttons(html: str) -> list[str]:
+    return re.findall(r'action="([^"]+/operate/[^"]+)".*?>([^<]+)</button>', html)
+
+
+def test_job_page_buttons_match_the_job_state(operator, viewer, client_for):
+    dead, delayed, due, done = (
+        DeadJobFactory(),
+        JobFactory(delayed=True),
+        JobFactory(),
+        JobFactory(done=True),
+    )
+    client = client_for(operator)
+    assert _buttons(client.get(f"{DEAD_URL}{dead.pk}/change/").content.decode()) == [
+        (f"{DEAD_URL}{dead.pk}/operate/retry_jobs/", "Retry")
+    ]
+    assert [
+        label for _, label in _buttons(client.get(f"{JOBS_URL}{delayed.pk}/change/").content.decode())
+    ] == [
+        "Run now",
+        "Cancel",
+    ]
+    assert [label for _, label in _buttons(client.get(f"{JOBS_URL}{due.pk}/change/").content.decode())] == [
+        "Cancel"
+    ]
+    assert _buttons(client.get(f"{JOBS_URL}{done.pk}/change/").content.decode()) == []
+    # A viewer sees the job but no button.
+    assert _buttons(client_for(viewer).get(f"{DEAD_URL}{dead.pk}/change/").content.decode()) == []
+
+
+def test_retry_button_on_a_dead_letter_goes_through_the_manager(operator, client_for):
+    dead = DeadJobFactory()
+    response = client_for(operator, csrf=False).post(f"{DEAD_URL}{dead.pk}/operate/retry_jobs/", follow=True)
+    assert response.redirect_chain[0][0] == f"{JOBS_URL}{dead.pk}/change/"
+    assert "Retried 1 job." in messages_of(response)
+    dead.refresh_from_db()
+    assert (dead.status, dead.attempts) == ("ready", 0)
+    assert dead.history[-1]["outcome"] == "retried"  # the manager's own history entry
+    entry = LogEntry.objects.get()
+    assert entry.user == operator and "Retried" in entry.get_change_message()
+
+
+def test_job_page_buttons_need_post_csrf_and_permission(operator, viewer, client_for):
+    dead = DeadJobFactory()
+    url = f"{DEAD_URL}{dead.pk}/operate/retry_jobs/"
+    assert client_for(operator).get(url).status_code == 405
+    assert client_for(viewer).post(url).status_code == 403
+    assert client_for(operator, csrf=True).post(url).status_code == 403  # no CSRF token
+    assert client_for(operator).post(f"{DEAD_URL}{dead.pk}/operate/discard_jobs/").status_code == 404
+    assert client_for(operator).post(f"{DEAD_URL}999999999/operate/retry_jobs/").status_code == 404
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert not LogEntry.objects.exists()
+
+
+def test_cancel_button_refuses_a_job_that_started_running(operator, client_for):
+    job = JobFactory()
+    page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/").content.decode()
+    assert [label for _, label in _buttons(page)] == ["Cancel"]
+    Job.objects.filter(pk=job.pk).update(
+        status="running", attempts=1, locked_by="w", lease_expires_at=timezone.now() + dt.timedelta(minutes=1)
+    )
+    response = client_for(operator).post(f"{JOBS_URL}{job.pk}/operate/cancel_jobs/", follow=True)
+    assert any("running job was skipped" in m for m in messages_of(response))
+    assert Job.objects.get(pk=job.pk).status == "running"
