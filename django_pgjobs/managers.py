@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections, models, transaction
+from django.db.models.base import DEFERRED
 from django.utils import timezone
 
 from . import sql
@@ -32,6 +33,7 @@ MAX_TASK_LENGTH = 200
 MAX_KEY_LENGTH = 255
 MAX_LAST_ERROR = 2000
 SMALLINT = (-32768, 32767)
+_JSON_COLUMNS = frozenset({"payload", "result", "history"})
 #: Longest delay accepted; beyond it timestamps overflow in PostgreSQL.
 MAX_DELAY_SECONDS = 100 * 365.25 * 24 * 3600
 #: Advisory lock key for "one sweeper at a time" (a stable 32-bit hash of the name).
@@ -169,19 +171,22 @@ class JobManager(models.Manager["Job"]):
             cursor.execute(statement, params)
             return cursor.fetchall() if cursor.description else []
 
-    def _build(self, row: Sequence[Any]) -> Job:
-        connection = connections[self.db_alias]
-        values = list(row[: len(sql.JOB_COLUMNS)])
+    def _build(self, row: Sequence[Any], columns: Sequence[str] = sql.JOB_COLUMNS) -> Job:
+        """A model instance from a ``RETURNING`` row; columns not returned are deferred (read on
+        first access, like ``QuerySet.only()``)."""
+        values = list(row[: len(columns)])
         # Django's psycopg setup hands jsonb back as text for JSONField.from_db_value; raw rows may
         # already be decoded depending on the cursor, so accept both.
-        for name in ("payload", "result", "history"):
-            i = sql.JOB_COLUMNS.index(name)
-            if isinstance(values[i], str):
+        for i, name in enumerate(columns):
+            if name in _JSON_COLUMNS and isinstance(values[i], str):
                 values[i] = json.loads(values[i])
-        job = self.model(**dict(zip(sql.JOB_COLUMNS, values, strict=True)))
-        job._state.adding = False
-        job._state.db = connection.alias
-        return job
+        by_name = dict(zip(columns, values, strict=True))
+        fields = self.model._meta.concrete_fields
+        return self.model.from_db(
+            connections[self.db_alias].alias,
+            [f.attname for f in fields if f.attname in by_name],
+            [by_name.get(f.attname, DEFERRED) for f in fields],  # model field order
+        )
 
     @staticmethod
     def _error_params(
@@ -326,14 +331,14 @@ class JobManager(models.Manager["Job"]):
         base = {"worker_id": worker_id, "lease": float(lease_seconds)}
         if not queues:
             rows = self._execute(sql.CLAIM_ANY, {**base, "limit": limit})
-            return [self._build(r) for r in rows]
+            return [self._build(r, sql.CLAIM_COLUMNS) for r in rows]
         claimed: list[Job] = []
         for queue in queues:
             want = limit - len(claimed)
             if want <= 0:
                 break
             rows = self._execute(sql.CLAIM_QUEUE, {**base, "limit": want, "queue": queue})
-            claimed.extend(self._build(r) for r in rows)
+            claimed.extend(self._build(r, sql.CLAIM_COLUMNS) for r in rows)
         claimed.sort(key=lambda j: (j.priority, j.run_at, j.id))
         return claimed
 

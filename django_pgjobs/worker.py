@@ -7,7 +7,12 @@ One process runs:
 * **job threads** (``concurrency`` of them): run handlers. Each has its own Django connection, and
   ``close_old_connections`` runs around every job. They never touch the job's row;
 * an **acknowledger** thread: writes outcomes. Successes are batched into one fenced statement every
-  few milliseconds (where the fastest queues get their speed); failures are written one by one;
+  few milliseconds (where the fastest queues get their speed); failures are written one by one.
+  A slot frees when its handler returns, not when the outcome is written, so the next claim and the
+  last acknowledgement travel at the same time instead of taking turns. Until it is written the
+  job stays ``running`` in its row and keeps its heartbeat: a crash in between runs it again
+  (at-least-once), never loses it. Finished-but-unwritten jobs are capped at ``concurrency`` so a
+  slow database cannot let them pile up;
 * a **heartbeat** thread that does nothing else: extends the leases of this process's running jobs,
   except jobs past their ``timeout``, whose lease is left to lapse so the sweeper takes them back;
 * a **listener** thread on a dedicated connection: ``LISTEN`` for enqueue notifications. Polling
@@ -84,6 +89,7 @@ class Running:
     lease: float
     claimed_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
+    finished: bool = False  # the handler returned; the outcome may not be written yet
     released: bool = False
     overran: bool = False
     lost: bool = False  # fencing refused a heartbeat: the lease is gone for good
@@ -201,7 +207,9 @@ class Worker:
 
     def _free_slots(self) -> int:
         with self._lock:
-            free = self.concurrency - len(self._active)
+            busy = sum(1 for r in self._active.values() if not r.finished)
+            # Handlers running, and at most ``concurrency`` outcomes waiting to be written.
+            free = min(self.concurrency - busy, 2 * self.concurrency - len(self._active))
         if self.options.max_jobs is not None:
             free = min(free, self.options.max_jobs - self.claimed_total)
         return max(free, 0)
@@ -254,7 +262,11 @@ class Worker:
                 if running.released:
                     continue
                 running.started_at = time.monotonic()
-            self._outcomes.put(self._execute(running))
+            outcome = self._execute(running)
+            with self._lock:
+                running.finished = True
+            self._outcomes.put(outcome)
+            self._wake.set()  # a free slot: the main loop may claim while this outcome is written
 
     def _execute(self, running: Running) -> Outcome:
         job = running.job
@@ -419,7 +431,7 @@ class Worker:
                 if r.released or r.lost:
                     continue
                 timeout = r.handler.timeout if r.handler else None
-                if timeout and r.started_at is not None and now - r.started_at > timeout:
+                if timeout and not r.finished and r.started_at is not None and now - r.started_at > timeout:
                     if not r.overran:
                         r.overran = True
                         logger.error(
@@ -508,13 +520,17 @@ class Worker:
                     break
             self._wake.wait(0.05)
             self._wake.clear()
-        self._release(lambda r: True, "released on shutdown while running (not counted as an attempt)")
+        self._release(
+            lambda r: not r.finished, "released on shutdown while running (not counted as an attempt)"
+        )
         for _ in range(self.concurrency):
             self._todo.put(None)
-        if not self._forced.is_set():
-            self._outcomes.put(None)
-            ack = next(t for t in self._threads if t.name == "pgjobs-ack")
-            ack.join(timeout=10)
+        # Finished jobs keep their outcome: the acknowledger writes what is queued, then stops.
+        self._outcomes.put(None)
+        ack = next(t for t in self._threads if t.name == "pgjobs-ack")
+        ack.join(timeout=2 if self._forced.is_set() else 10)
+        # Whatever could not be written goes back to ready rather than waiting for its lease.
+        self._release(lambda r: True, "released on shutdown: its outcome could not be written")
         self._forced.set()
         self._heartbeat_now.set()
         connections.close_all()

@@ -195,7 +195,8 @@ def test_loop_keeps_sweeping_until_sigterm(workers):
     wait_for(lambda: "sweeping every 0.2s" in sweeper.output(), 30, "sweeper start")
     ids = expired_running(2)
     wait_for(lambda: Job.objects.filter(pk__in=ids, status="ready").count() == 2, 20, "loop to sweep")
-    assert "2 back to ready" in sweeper.output()
+    # The report is printed after the sweep commits: wait for it rather than race it.
+    wait_for(lambda: "2 back to ready" in sweeper.output(), 20, "the sweep's report")
     sweeper.signal(signal.SIGTERM)
     assert sweeper.wait(20) == 0, sweeper.output()
     assert "sweeper stopped" in sweeper.output()
