@@ -290,35 +290,15 @@ class Bench:
 
         connection.close()
         self.vacuum()
-        burst = "-p" not in args and "--processes" not in args
         log = tempfile.TemporaryFile()
-        cmd = [sys.executable, "-m", "django", "runjobs", "-v", "0", *args]
-        if burst:
-            cmd.append("--burst")
+        cmd = [sys.executable, "-m", "django", "runjobs", "-v", "0", "--burst", *args]
         start = time.perf_counter()
         proc = subprocess.Popen(
             cmd, cwd=ROOT, env=worker_env(self.db_url), stdout=log, stderr=subprocess.STDOUT
         )
-        if burst:
-            code = proc.wait()
-            elapsed = time.perf_counter() - start
-        else:
-            # ``runjobs --processes P --burst`` never exits (the supervisor restarts every child that
-            # exits, burst or not), so run it without --burst and stop it once the DB shows all done.
-            while True:
-                left = self.raw.execute("SELECT count(*) FROM pgjobs_job WHERE status <> 'done'").fetchone()[
-                    0
-                ]
-                if not left or proc.poll() is not None:
-                    break
-                time.sleep(0.02)
-            elapsed = time.perf_counter() - start
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
+        # With --processes the supervisor exits once every child drained the queue and exited 0.
+        code = proc.wait()
+        elapsed = time.perf_counter() - start
         log.seek(0)
         output = log.read().decode(errors="replace").strip()
         log.close()

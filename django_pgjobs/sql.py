@@ -39,20 +39,10 @@ _RETURNING = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
 #: What a claim returns: what a worker needs to run the job and fence its outcome. The rest (the
 #: history with its tracebacks, the result, six more timestamps) is deferred on the model: decoding
 #: it cost about half of a claim's client time on a busy worker, for columns nobody reads there.
-CLAIM_COLUMNS = (
-    "id",
-    "task",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "attempts",
-    "max_attempts",
-    "run_at",
-    "locked_by",
-    "lease_expires_at",
-    "idempotency_key",
+_NOT_CLAIMED = frozenset(
+    {"locked_at", "last_error", "result", "history", "started_at", "finished_at", "created_at", "updated_at"}
 )
+CLAIM_COLUMNS = tuple(c for c in JOB_COLUMNS if c not in _NOT_CLAIMED)
 
 # A history entry for the attempt that is ending, built from the row's own (pre-update) values:
 # which attempt, which worker, when it started, when and how it ended. ``%(history_limit)s`` keeps the

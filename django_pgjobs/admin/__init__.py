@@ -198,30 +198,17 @@ class JobAdmin(admin.ModelAdmin):
     # -- the job page -------------------------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
         editable = obj is not None and self.has_change_permission(request, obj)
-        if editable:
-            job_fields: tuple[Any, ...] = (
-                "id",
-                "task",
-                "status_badge",
-                "queue",
-                "priority",
-                "run_at",
-                ("attempts", "max_attempts"),
-                "idempotency_key",
-                "payload",
-            )
-        else:
-            job_fields = (
-                "id",
-                "task",
-                "status_badge",
-                "queue",
-                "priority",
-                "run_at",
-                ("attempts", "max_attempts"),
-                "idempotency_key",
-                "payload_pretty",
-            )
+        job_fields: tuple[Any, ...] = (
+            "id",
+            "task",
+            "status_badge",
+            "queue",
+            "priority",
+            "run_at",
+            ("attempts", "max_attempts"),
+            "idempotency_key",
+            "payload" if editable else "payload_pretty",  # a JSON textarea, or read-only pretty JSON
+        )
         sets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": job_fields})]
         if obj is not None and obj.status == Status.RUNNING:
             sets.append(

@@ -351,15 +351,8 @@ def read_server_info(data_dir: Path) -> ServerInfo | None:
         return None
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists and is not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return stat[stat.rindex(")") + 2] not in "ZX"
-    except FileNotFoundError:
-        return False
-    except OSError:
-        pass
+def _signal_probe(pid: int) -> bool:
+    """Whether ``pid`` exists, by signal 0 (where /proc cannot say; zombies count as alive here)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -369,17 +362,22 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat[stat.rindex(")") + 2] not in "ZX"
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return _signal_probe(pid)
+
+
 def postmaster_alive(pid: int, data_dir: Path | None = None) -> bool:
     """Whether ``pid`` is a live postgres (for ``data_dir``), not a zombie or a recycled pid."""
     proc = Path(f"/proc/{pid}")
     if not Path("/proc/self").exists():  # not Linux: best effort
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
-        return True
+        return _signal_probe(pid)
     try:
         stat = (proc / "stat").read_text()
         if stat[stat.rindex(")") + 2] in "ZX":
