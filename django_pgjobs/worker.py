@@ -92,6 +92,7 @@ class Running:
     finished: bool = False  # the handler returned; the outcome may not be written yet
     released: bool = False
     overran: bool = False
+    abandoned: bool = False  # overran: its thread was replaced; it ends when (if) the handler returns
     lost: bool = False  # fencing refused a heartbeat: the lease is gone for good
 
     @property
@@ -127,7 +128,12 @@ class Worker:
         self.alias = s.DATABASE
 
         self._lock = threading.Lock()
-        self._active: dict[int, Running] = {}  # job id -> claimed, not yet acknowledged
+        # (job id, attempt) -> claimed, not yet acknowledged. The attempt is in the key because an
+        # abandoned overrunning run and the rerun of the same job can both live in this process.
+        self._active: dict[tuple[int, int], Running] = {}
+        self._stuck = 0  # job threads abandoned to a handler past its timeout, not yet returned
+        self._replacements = 0
+        self._exit_code = 0
         self._todo: queue.Queue[Running | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
         self._wake = threading.Event()  # something to claim, a free slot, or a signal
@@ -228,7 +234,7 @@ class Worker:
                 lease = handler.lease if handler and handler.lease else self.lease
                 custom_lease |= lease != self.lease
                 running = Running(job=job, handler=handler, lease=lease)
-                self._active[job.id] = running
+                self._active[running.key] = running
                 self._todo.put(running)
             self.claimed_total += len(jobs)
         if custom_lease:
@@ -265,7 +271,12 @@ class Worker:
             outcome = self._execute(running)
             with self._lock:
                 running.finished = True
-            self._outcomes.put(outcome)
+                abandoned = running.abandoned
+                if abandoned:
+                    self._stuck -= 1
+            self._outcomes.put(outcome)  # a late outcome: fencing decides whether it still counts
+            if abandoned:
+                return  # a replacement thread already took this one's place
             self._wake.set()  # a free slot: the main loop may claim while this outcome is written
 
     def _execute(self, running: Running) -> Outcome:
@@ -375,7 +386,7 @@ class Worker:
     def _finished(self, o: Outcome, label: str) -> None:
         job = o.running.job
         with self._lock:
-            self._active.pop(job.id, None)
+            self._active.pop(o.running.key, None)
             self.finished_total += 1
             self.counts[label] += 1
         self._wake.set()
@@ -426,23 +437,19 @@ class Worker:
     def _beat(self) -> None:
         now = time.monotonic()
         leases: list[tuple[int, int, float]] = []
+        overran: list[Running] = []
         with self._lock:
             for r in self._active.values():
                 if r.released or r.lost:
                     continue
                 timeout = r.handler.timeout if r.handler else None
                 if timeout and not r.finished and r.started_at is not None and now - r.started_at > timeout:
-                    if not r.overran:
-                        r.overran = True
-                        logger.error(
-                            "job %d %s overran its timeout of %.0fs; no longer extending its lease "
-                            "(the sweeper will take it back and this run's result will be rejected)",
-                            r.job.id,
-                            r.job.task,
-                            timeout,
-                        )
+                    r.overran = True
+                    overran.append(r)
                     continue
                 leases.append((r.job.id, r.job.attempts, r.lease))
+        for r in overran:
+            self._abandon(r)
         if not leases:
             return
         try:
@@ -452,14 +459,49 @@ class Worker:
             close_old_connections()
             connections[self.alias].close()
             return
-        lost = [job_id for job_id, _, _ in leases if job_id not in kept]
+        refused = [(job_id, attempt) for job_id, attempt, _ in leases if job_id not in kept]
         with self._lock:
             # A job acknowledged between the snapshot and the beat is not lost, just finished.
-            lost = [j for j in lost if j in self._active]
-            for j in lost:  # no point beating it again (and logging this every beat)
-                self._active[j].lost = True
+            lost = [key for key in refused if key in self._active]
+            for key in lost:  # no point beating it again (and logging this every beat)
+                self._active[key].lost = True
         if lost:
-            logger.warning("lost the lease of job(s) %s: they were taken back by the sweeper", lost)
+            logger.warning(
+                "lost the lease of job(s) %s: they were taken back by the sweeper", [j for j, _ in lost]
+            )
+
+    def _abandon(self, r: Running) -> None:
+        """A handler past its ``timeout``: stop heartbeating it (the sweeper takes the job back and
+        fencing refuses this run's late result) and give its slot to a fresh thread, since Python
+        cannot stop the stuck one. Once more threads are stuck than there are slots, the process
+        asks to be replaced: exit code 3, which ``--processes`` (or any process manager) restarts."""
+        with self._lock:
+            if r.finished or r.key not in self._active:
+                return
+            self._active.pop(r.key)
+            r.abandoned = True
+            self._stuck += 1
+            stuck = self._stuck
+        logger.error(
+            "job %d %s overran its timeout of %.0fs; no longer extending its lease (the sweeper will "
+            "take it back and this run's result will be rejected); its slot goes to a new thread",
+            r.job.id,
+            r.job.task,
+            r.handler.timeout if r.handler else 0,
+        )
+        if stuck > self.concurrency and not self._stopping.is_set():
+            logger.error(
+                "%d job threads are stuck in handlers past their timeout (more than --concurrency %d): "
+                "stopping so a fresh process takes over (exit code 3)",
+                stuck,
+                self.concurrency,
+            )
+            self._exit_code = 3
+            self.stop()
+            return
+        self._replacements += 1
+        self._start_thread(self._job_thread, f"job-replacement-{self._replacements}")
+        self._wake.set()
 
     # -- listener ---------------------------------------------------------------------------------
     def _listen_thread(self) -> None:
@@ -495,18 +537,18 @@ class Worker:
             connections[self.alias].close()
 
     # -- lifecycle --------------------------------------------------------------------------------
-    def _start_threads(self) -> None:
-        def start(target: Any, name: str) -> None:
-            t = threading.Thread(target=target, name=f"pgjobs-{name}", daemon=True)
-            t.start()
-            self._threads.append(t)
+    def _start_thread(self, target: Any, name: str) -> None:
+        t = threading.Thread(target=target, name=f"pgjobs-{name}", daemon=True)
+        t.start()
+        self._threads.append(t)
 
+    def _start_threads(self) -> None:
         for i in range(self.concurrency):
-            start(self._job_thread, f"job-{i}")
-        start(self._ack_thread, "ack")
-        start(self._heartbeat_thread, "heartbeat")
+            self._start_thread(self._job_thread, f"job-{i}")
+        self._start_thread(self._ack_thread, "ack")
+        self._start_thread(self._heartbeat_thread, "heartbeat")
         if self.listen:
-            start(self._listen_thread, "listen")
+            self._start_thread(self._listen_thread, "listen")
 
     def _shutdown(self) -> int:
         """Release what has not started, wait for what runs, give back the rest. Nothing stays
@@ -534,7 +576,7 @@ class Worker:
         self._forced.set()
         self._heartbeat_now.set()
         connections.close_all()
-        return 1 if self._forced_by_signal else 0
+        return self._exit_code or (1 if self._forced_by_signal else 0)
 
     _forced_by_signal = False
 
@@ -551,7 +593,7 @@ class Worker:
         )
         with self._lock:
             for r in chosen:
-                self._active.pop(r.job.id, None)
+                self._active.pop(r.key, None)
             self.counts["released"] += len(released)
         if released:
             logger.info("released %d job(s) back to ready: %s", len(released), sorted(released)[:20])

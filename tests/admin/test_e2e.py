@@ -122,6 +122,8 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
 
     make_user("ops", "view_job", "change_job", "operate_job", "delete_job")
     target = seed()
+    other = Job.objects.filter(status=Status.DEAD).exclude(pk=target.pk).first()
+    assert other is not None
     base = live_server.url
 
     with sync_playwright() as pw:
@@ -151,6 +153,7 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
             expect(page.locator("textarea#id_payload")).to_contain_text('"invoice_id": 1842')
             page.locator(".pgjobs-history details").first.locator("summary").click()
             expect(page.locator(".pgjobs-traceback").first).to_be_visible()
+            expect(page.locator("button.pgjobs-operate")).to_have_text(["Retry"])
             page.screenshot(path=str(screenshot_dir / "job-page.png"), full_page=True)
 
             page.goto(f"{base}/admin/django_pgjobs/deadjob/")
@@ -166,9 +169,19 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
             expect(ready_row).to_contain_text("billing.charge_card")
             expect(ready_row.locator(".pgjobs-status")).to_have_text("ready")
             expect(ready_row).to_contain_text("0/5")
+
+            # The job page's own Retry button, on another dead letter: lands on its (now ready) page.
+            page.goto(f"{base}/admin/django_pgjobs/deadjob/{other.pk}/change/")
+            page.get_by_role("button", name="Retry").click()
+            expect(page.locator("ul.messagelist")).to_contain_text("Retried 1 job.")
+            expect(page).to_have_url(f"{base}/admin/django_pgjobs/job/{other.pk}/change/")
+            expect(page.locator(".pgjobs-status")).to_have_text("ready")
+            expect(page.locator("button.pgjobs-operate")).to_have_text(["Cancel"])
         finally:
             browser.close()
 
+    other.refresh_from_db()
+    assert other.status == Status.READY and other.attempts == 0
     target.refresh_from_db()
     assert target.status == Status.READY and target.attempts == 0
     assert target.history[-1]["outcome"] == "retried" and target.history[-1]["message"] == "retried by ops"

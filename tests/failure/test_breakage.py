@@ -64,6 +64,45 @@ def test_a_job_past_its_timeout_loses_its_lease_and_its_result_is_fenced(workers
     assert [v for _, _, v, _ in executions("overrun-end")] == ["2", "1"]
 
 
+def test_an_overrunning_handler_gives_its_slot_to_a_new_thread(workers):
+    """One slot, one handler stuck for 30 s past its 1 s timeout: the worker keeps serving (other
+    jobs, and the rerun of the very same job) while the stuck run sleeps, and stops promptly."""
+    job = jobs.overruns.enqueue(first=30.0)  # timeout 1 s, lease 2 s; attempt 2 is quick
+    worker = workers("--concurrency", "1", env=fast_env())
+    worker.wait_for_log("its slot goes to a new thread", timeout=30)
+    other = jobs.echo.enqueue("while the first run is stuck")
+    wait_for(lambda: status_of(other.id) == "done", 30, "another job on the freed slot")
+    wait_for(lambda: status_of(job.id) == "done", 30, "the rerun of the stuck job")
+    job.refresh_from_db()
+    assert job.result == 2 and job.attempts == 2
+    assert [h["outcome"] for h in job.history] == ["lease expired", "done"]
+    # Attempt 1 is still asleep: only the rerun has ended.
+    assert [v for _, _, v, _ in executions("overrun-end")] == ["2"]
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(20) == 0, worker.output()  # the stuck thread does not hold the exit
+    assert not Job.objects.filter(status="running").exists()
+
+
+def test_more_stuck_handlers_than_slots_make_the_worker_exit_for_a_restart(workers):
+    job = jobs.hangs.enqueue()
+    worker = workers("--concurrency", "1", env=fast_env())
+    # Attempt 1 sticks (its slot goes to a new thread), the sweeper takes it back, attempt 2 sticks
+    # too: two stuck threads for one slot, so the process asks to be replaced.
+    assert worker.wait(60) == 3, worker.output()
+    assert "stopping so a fresh process takes over (exit code 3)" in worker.output()
+    assert [v for _, _, v, _ in executions("hang-start")] == ["1", "2"]
+
+    # Not stuck for ever: attempt 2's lease (no longer heartbeated) lapses and a sweep takes it back.
+    def swept() -> bool:
+        Job.objects.sweep()
+        return status_of(job.id) != "running"
+
+    wait_for(swept, 10, "the stuck attempt's lease to lapse and be swept")
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("ready", 2)
+    assert [h["outcome"] for h in job.history] == ["lease expired", "lease expired"]
+
+
 def lease_left(job_id: int) -> float:
     row = query("SELECT extract(epoch FROM lease_expires_at - now()) FROM pgjobs_job WHERE id = %s", [job_id])
     return float(row[0][0] or 0)

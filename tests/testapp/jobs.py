@@ -115,6 +115,14 @@ def overruns(context: JobContext, first: float) -> int:
     return context.attempt
 
 
+@job(name="tests.hangs", takes_context=True, timeout=1.0, max_attempts=3, backoff=lambda attempt, exc: 0.0)
+def hangs(context: JobContext, seconds: float = 60.0) -> None:
+    """Stuck on every attempt (think: a socket read without a timeout), far past its 1 s timeout."""
+    _record("hang-start", context.job_id, context.attempt)
+    time.sleep(seconds)
+    _record("hang-end", context.job_id, context.attempt)
+
+
 @job(name="tests.exits_process", max_attempts=3, takes_context=True)
 def exits_process(context: JobContext) -> None:
     """Poison: ends its own worker process without any cleanup, every time."""
