@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 from django.db import connection
 
@@ -73,3 +75,14 @@ def pg_connect():
     yield connect
     for conn in opened:
         conn.close()
+
+
+@pytest.fixture
+def report(capsys: pytest.CaptureFixture[str]) -> Callable[[str], None]:
+    """Print a measured figure past pytest's output capture, so every run's log (CI's too) shows it."""
+
+    def say(line: str) -> None:
+        with capsys.disabled():
+            print(line)
+
+    return say

@@ -66,12 +66,12 @@ def bulk_retry_all_dead(client: Any, n: int) -> float:
     return elapsed
 
 
-def test_bulk_retry_of_20000_dead_jobs_in_bounded_batches(operator, client_for, batch_spy):
+def test_bulk_retry_of_20000_dead_jobs_in_bounded_batches(operator, client_for, batch_spy, report):
     n = 20_000
     insert_dead_jobs(n)
     JobFactory(running=True, queue="bulk")  # not dead: never in the dead-letter selection anyway
     elapsed = bulk_retry_all_dead(client_for(operator), n)
-    print(f"\nbulk retry of {n} dead jobs via the admin (select across + confirm): {elapsed:.2f} s")
+    report(f"\nbulk retry of {n} dead jobs via the admin (select across + confirm): {elapsed:.2f} s")
     size = get_settings().BATCH_SIZE
     assert sum(batch_spy) == n
     assert max(batch_spy) <= size and len(batch_spy) == n // size
@@ -85,11 +85,11 @@ def test_bulk_retry_of_20000_dead_jobs_in_bounded_batches(operator, client_for, 
 
 
 @pytest.mark.slow
-def test_bulk_retry_of_100000_dead_jobs(operator, client_for, batch_spy):
+def test_bulk_retry_of_100000_dead_jobs(operator, client_for, batch_spy, report):
     n = 100_000
     insert_dead_jobs(n)
     elapsed = bulk_retry_all_dead(client_for(operator), n)
-    print(f"\nbulk retry of {n} dead jobs via the admin (select across + confirm): {elapsed:.2f} s")
+    report(f"\nbulk retry of {n} dead jobs via the admin (select across + confirm): {elapsed:.2f} s")
     assert max(batch_spy) <= get_settings().BATCH_SIZE
     assert Job.objects.filter(status=Status.READY).count() == n
 

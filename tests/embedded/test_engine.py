@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -115,7 +116,9 @@ def test_commands_that_never_connect_start_no_server(workdir: Path) -> None:
     assert not (workdir / "pg18").exists()
 
 
-def test_development_server_outlives_commands_and_pgembedded_stops_it(workdir: Path) -> None:
+def test_development_server_outlives_commands_and_pgembedded_stops_it(
+    workdir: Path, report: Callable[[str], None]
+) -> None:
     data_dir = workdir / "pg18"
     env = django_env(data_dir)
     cold, _, _ = manage(env, "migrate", "-v0")  # initdb + start + migrate
@@ -132,7 +135,7 @@ def test_development_server_outlives_commands_and_pgembedded_stops_it(workdir: P
     _, out, _ = manage(env, "showmigrations", "auth")
     assert "[X] 0001_initial" in out
     pgembedded(env, "stop")
-    print(
+    report(
         f"\nembedded timings (python -m django migrate, contenttypes+auth, incl. interpreter "
         f"start): cold {cold:.2f}s, warm {warm:.2f}s, server already running {hot:.2f}s"
     )

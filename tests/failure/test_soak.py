@@ -5,7 +5,7 @@ job (each extra run is explained by a ``lease expired`` entry in its history, an
 the last one happened in killed processes); none is stuck in ``running``; none is lost.
 
 Marked ``slow``: ``pytest -m slow tests/failure`` (and ``.ci/run``) run it; the quick run skips it.
-The counts are printed (``pytest -s`` or the CI log shows them).
+The counts are printed past pytest's output capture, so the CI log always shows them.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def done_count() -> int:
     return Job.objects.filter(status="done").count()
 
 
-def test_soak_sigkill_workers_no_job_lost_stuck_or_run_more_than_explained(workers):
+def test_soak_sigkill_workers_no_job_lost_stuck_or_run_more_than_explained(workers, report):
     started = time.monotonic()
     Job.objects.enqueue_many(NewJob("tests.soak", {"args": [], "kwargs": {}}) for _ in range(JOBS))
     env = fast_env()
@@ -90,7 +90,7 @@ def test_soak_sigkill_workers_no_job_lost_stuck_or_run_more_than_explained(worke
     duplicates = [r for r in rows if r[1] > 1]
     unexplained = [r[0] for r in duplicates if r[1] > 1 + r[2] or not set(r[3][:-1]) <= killed]
     extra_runs = sum(r[1] - 1 for r in duplicates)
-    print(
+    report(
         f"\nSOAK: jobs={JOBS} workers={WORKERS} kills={len(killed)} duration={elapsed:.1f}s "
         f"({JOBS / elapsed:.0f} jobs/s incl. recovery) done={statuses.get('done', 0)} "
         f"duplicates={len(duplicates)} (extra runs={extra_runs}, max runs of one job="
