@@ -7,14 +7,16 @@ import random
 import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Q, Sum
 from django.test.utils import override_settings
 from django.utils import timezone
 
+from django_pgjobs.embedded import ENGINE as EMBEDDED_ENGINE
 from django_pgjobs.management.commands.runjobs import configure_logging
 from django_pgjobs.models import Job
 from django_pgjobs.worker import Worker, WorkerOptions
@@ -145,8 +147,24 @@ class Command(BaseCommand):
         dead = Job.objects.filter(ours, status="dead").first()
         if dead:
             self.stdout.write(f"  example dead letter: #{dead.id} {dead.task}: {dead.last_error}")
+        manage = f"{_interpreter()} example_project/manage.py"
         self.stdout.write(
-            "\nNext: `python example_project/manage.py createsuperuser`, then "
-            "`python example_project/manage.py runserver` and open http://127.0.0.1:8000/admin/ "
-            "(Background jobs > Dead letters)."
+            f"\nNext: `{manage} createsuperuser`, then `{manage} runserver` and open "
+            "http://127.0.0.1:8000/admin/ (Background jobs > Dead letters)."
         )
+        if connection.settings_dict["ENGINE"] == EMBEDDED_ENGINE:
+            self.stdout.write(
+                f"The embedded PostgreSQL keeps running for runserver and runjobs; "
+                f"`{manage} pgembedded stop` stops it."
+            )
+
+
+def _interpreter() -> str:
+    """The Python that ran the demo (the quickstart's .venv), as the user can type it from the
+    repository root: a bare ``python`` may not have Django."""
+    root = Path(__file__).resolve().parents[4]
+    exe = Path(sys.executable)
+    try:
+        return str(exe.relative_to(root))
+    except ValueError:
+        return str(exe)
