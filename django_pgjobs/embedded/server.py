@@ -10,8 +10,8 @@ Layout
                  pg18`` (major version in the name: a data directory only works with one major).
                  Reused across runs; the server is left running so ``runserver`` and ``runjobs``
                  share it; ``manage.py pgembedded stop`` stops it.
-    test         a fresh ``/tmp/pgjobs-test-XXXX/data``, owned by the first process that connects,
-                 stopped and removed when that process exits, also when it is killed.
+    test         a fresh ``/tmp/pgjobs-test-<random>/data`` (mkdtemp), owned by the first process
+                 that connects, stopped and removed when that process exits, also when killed.
     lock         ``<data dir>.lock`` next to the data directory: an exclusive ``flock`` serialises
                  initdb/start so two processes starting at once share one server.
 

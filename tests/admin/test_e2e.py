@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from django_pgjobs.models import Job, Status
 from tests.factories import DeadJobFactory, JobFactory
+from tests.helpers import prerequisite_missing
 
 from .conftest import make_user
 
@@ -110,11 +111,7 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
             f"Chromium not found at {CHROMIUM}: install Debian's browser "
             "(apt-get install -y chromium) or set PGJOBS_CHROMIUM to its path"
         )
-        # CI installs the browser, so there a missing one is a failure; on a developer's machine
-        # without it, this one test says why it did not run instead of failing the whole suite.
-        if os.environ.get("CI") or os.environ.get("PGJOBS_REQUIRE_BROWSER"):
-            pytest.fail(message, pytrace=False)
-        pytest.skip(message)
+        prerequisite_missing(message)  # .ci/run installs it, so there this fails
     try:
         from playwright.sync_api import expect, sync_playwright
     except ImportError:

@@ -15,11 +15,20 @@ import psycopg
 import pytest
 
 from django_pgjobs.embedded import server
+from tests.helpers import prerequisite_missing
 
 from .conftest import SERVER_PY, child_env, postgres_pids_under, run_python, wait_until
 
 IS_ROOT = os.geteuid() == 0
-root_only = pytest.mark.skipif(not IS_ROOT, reason="the root path needs root (CI, containers)")
+
+
+@pytest.fixture
+def requires_root() -> None:
+    if not IS_ROOT:
+        prerequisite_missing("the embedded server's root path (user switching) needs root (CI, containers)")
+
+
+root_only = pytest.mark.usefixtures("requires_root")
 
 
 def query(info: server.ServerInfo, sql: str) -> tuple[object, ...]:
@@ -191,6 +200,7 @@ def test_data_dir_of_another_major_is_refused(workdir: Path) -> None:
 OWNER = """
 import json, os, subprocess, sys
 from django_pgjobs.embedded import server
+from tests.helpers import prerequisite_missing
 info = server.server_for({"MODE": "test"})
 attach = "from django_pgjobs.embedded import server; print(server.server_for({'MODE': 'test'}).pid)"
 child = subprocess.run([sys.executable, "-c", attach], capture_output=True, text=True, check=True)
@@ -315,7 +325,9 @@ def test_non_root_path_as_an_unprivileged_user() -> None:
     assert user is not None
     python = python_for(user)
     if python is None:
-        pytest.skip(f"no Python >= 3.11 executable by {user.name}")
+        prerequisite_missing(
+            f"no Python >= 3.11 that {user.name} may execute (ours, python3 on PATH, /usr/bin/python3)"
+        )
     binaries = server.usable_binaries(server.find_binaries(), user)
     home = Path(tempfile.mkdtemp(prefix="pgju-", dir="/tmp"))
     os.chown(home, user.uid, user.gid)

@@ -12,6 +12,7 @@ from django.db import connection
 
 from django_pgjobs.models import Job
 from tests.failure.helpers import fast_env
+from tests.helpers import prerequisite_missing
 from tests.processes import executions, query, wait_for
 from tests.testapp import jobs
 
@@ -171,7 +172,10 @@ def _restart_postgres() -> None:
         connection.ensure_connection()  # the engine starts the server again on the next connection
         return
     if settings["HOST"] not in ("127.0.0.1", "localhost", "::1") or not shutil.which("pg_lsclusters"):
-        pytest.skip("not a local Debian cluster we may restart")
+        prerequisite_missing(
+            "DATABASE_URL is not a local Debian cluster (pg_lsclusters) this test may restart; "
+            "unset DATABASE_URL to run it on the embedded server"
+        )
     port = str(settings["PORT"] or 5432)
     clusters = [
         line.split() for line in subprocess.check_output(["pg_lsclusters", "-h"], text=True).splitlines()
