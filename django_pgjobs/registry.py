@@ -47,6 +47,19 @@ class JobContext:
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
+    @classmethod
+    def for_job(cls, job: Job, worker_id: str) -> JobContext:
+        """The context of the attempt a claim just handed to ``worker_id``."""
+        return cls(
+            job_id=job.id,
+            attempt=job.attempts,
+            max_attempts=job.max_attempts,
+            queue=job.queue,
+            task=job.task,
+            idempotency_key=job.idempotency_key,
+            worker_id=worker_id,
+        )
+
 
 @dataclass(frozen=True)
 class EnqueueOptions:

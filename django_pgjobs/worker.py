@@ -286,15 +286,7 @@ class Worker:
         try:
             if running.handler is None:
                 raise UnknownTask(job.task)
-            context = JobContext(
-                job_id=job.id,
-                attempt=job.attempts,
-                max_attempts=job.max_attempts,
-                queue=job.queue,
-                task=job.task,
-                idempotency_key=job.idempotency_key,
-                worker_id=self.worker_id,
-            )
+            context = JobContext.for_job(job, self.worker_id)
             result = running.handler.run(context, job.args, job.kwargs)
             check_value(job.task, "return value", result)
             return Outcome(running, ok=True, duration=time.monotonic() - start, result=result)

@@ -9,15 +9,9 @@ import pytest
 from django.test import override_settings
 
 from django_pgjobs.checks import check_pgjobs
+from tests import settings as test_settings
 
-BASE_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-]
+BASE_APPS = [app for app in test_settings.INSTALLED_APPS if app.startswith("django.")]
 
 
 def ids(messages) -> list[str]:

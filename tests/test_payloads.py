@@ -66,15 +66,7 @@ def run_claimed(job_id: int):
     (claimed,) = Job.objects.claim(None, "w1")
     assert claimed.pk == job_id
     handler = get_handler(claimed.task)
-    context = JobContext(
-        job_id=claimed.pk,
-        attempt=claimed.attempts,
-        max_attempts=claimed.max_attempts,
-        queue=claimed.queue,
-        task=claimed.task,
-        idempotency_key=claimed.idempotency_key,
-        worker_id="w1",
-    )
+    context = JobContext.for_job(claimed, "w1")
     return claimed, handler.run(context, claimed.args, claimed.kwargs)
 
 
