@@ -43,13 +43,17 @@ def database_from_url(url: str) -> dict[str, Any]:
     parts = urlsplit(url)
     if parts.scheme not in {"postgres", "postgresql", "pgsql"}:
         raise ValueError(f"DATABASE_URL must be a postgres:// URL, got scheme {parts.scheme!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"DATABASE_URL has an invalid port in {parts.netloc.rpartition('@')[2]!r}") from None
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "postgres",
         "USER": unquote(parts.username or ""),
         "PASSWORD": unquote(parts.password or ""),
         "HOST": unquote(parts.hostname or ""),
-        "PORT": str(parts.port or ""),
+        "PORT": str(port or ""),
         "OPTIONS": dict(parse_qsl(parts.query)),
     }
 

@@ -10,8 +10,6 @@ database) instead of starting a server for it.
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import warnings
 from collections.abc import Iterable
@@ -48,15 +46,22 @@ class DatabaseClient(PostgresClient):
 
     connection: DatabaseWrapper
 
-    def runshell(self, parameters: Iterable[str]) -> None:
-        """Start the server, then run the bundled psql (there may be none on ``$PATH``)."""
-        self.connection.ensure_embedded_server()
-        args, env = self.settings_to_cmd_args_env(self.connection.settings_dict, parameters)
-        options = self.connection.embedded_options
-        psql = server.find_binaries(options.get("BIN_DIR")).path("psql")
+    @classmethod
+    def settings_to_cmd_args_env(
+        cls, settings_dict: dict[str, Any], parameters: Iterable[str]
+    ) -> tuple[list[str], dict[str, str] | None]:
+        """Django's psql command line, with the ``psql`` shipped next to the server (there may be
+        none on ``$PATH``)."""
+        args, env = super().settings_to_cmd_args_env(settings_dict, parameters)
+        psql = server.find_binaries((settings_dict.get("EMBEDDED") or {}).get("BIN_DIR")).path("psql")
         if psql.exists():
             args[0] = str(psql)
-        subprocess.run(args, env={**os.environ, **env} if env else None, check=True)
+        return args, env
+
+    def runshell(self, parameters: Iterable[str]) -> None:
+        """Start the server first; Django's own runshell keeps its Ctrl-C handling for psql."""
+        self.connection.ensure_embedded_server()
+        super().runshell(parameters)
 
 
 class DatabaseWrapper(postgresql_base.DatabaseWrapper):

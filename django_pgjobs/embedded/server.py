@@ -81,6 +81,7 @@ DEFAULT_PORT = 5432
 DEFAULT_RUN_AS = "nobody"
 DEFAULT_START_TIMEOUT = 60.0
 MISSING_BINARIES_HINT = "install django-pgjobs[embedded] or set DATABASE_URL"
+DATA_DIR_HINT = f"choose a data directory this user can create and write with {ENV_DATA_DIR}"
 LOG_NAME = "embedded.log"
 # sun_path is 108 bytes on Linux, 104 on macOS (both including the NUL).
 _MAX_SOCKET_PATH = 103
@@ -89,6 +90,10 @@ _POLL = 0.02
 
 class EmbeddedPostgresError(RuntimeError):
     """Anything that keeps the embedded server from starting; the message says what to do."""
+
+    def __init__(self, message: str, output: str = "") -> None:
+        super().__init__(message)
+        self.output = output  # what the failing PostgreSQL program printed, for callers to inspect
 
 
 class BinariesNotFound(EmbeddedPostgresError):
@@ -140,9 +145,12 @@ def _postgres_version(postgres: Path) -> str:
     """``18.6`` from ``postgres --version``; cached per binary so a warm connect costs nothing."""
     key = (str(postgres), postgres.stat().st_mtime)
     if key not in _version_cache:
-        out = subprocess.run(
-            [str(postgres), "--version"], capture_output=True, text=True, check=True, timeout=30
-        ).stdout
+        try:
+            out = subprocess.run(
+                [str(postgres), "--version"], capture_output=True, text=True, check=True, timeout=30
+            ).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise BinariesNotFound(f"{postgres} does not run ({exc}); {MISSING_BINARIES_HINT}") from exc
         match = re.search(r"(\d+)(?:\.(\d+))?", out)
         if not match:
             raise EmbeddedPostgresError(f"cannot parse PostgreSQL version from {out!r}")
@@ -436,6 +444,8 @@ def file_lock(path: Path, timeout: float) -> Iterator[None]:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
         raise EmbeddedPostgresError(f"{path.parent} does not exist (any more)") from None
+    except OSError as exc:
+        raise EmbeddedPostgresError(f"cannot create the lock file {path}: {exc}; {DATA_DIR_HINT}") from exc
     try:
         deadline = time.monotonic() + timeout
         while True:
@@ -498,7 +508,7 @@ def _run(
                     f.seek(log[1])
                     tail = f.read().decode(errors="replace")[-4000:]
                     detail += f"\n--- {log[0]} ---\n{tail}"
-            raise EmbeddedPostgresError(f"{what} failed: {shlex.join(args)}\n{detail}")
+            raise EmbeddedPostgresError(f"{what} failed: {shlex.join(args)}\n{detail}", detail)
 
 
 def _prepare_data_dir(config: ServerConfig, user: ServerUser | None) -> None:
@@ -541,7 +551,9 @@ def _initdb(config: ServerConfig, binaries: Binaries, user: ServerUser | None) -
     try:
         _run([*base, "--locale=C.UTF-8"], user, config.start_timeout, "initdb")
     except EmbeddedPostgresError as exc:
-        if "locale" not in str(exc):
+        # Only initdb's own complaint ('invalid locale name "C.UTF-8"'): the command line, and
+        # initdb's progress output, name the locale whatever went wrong.
+        if "invalid locale" not in exc.output:
             raise
         # initdb emptied the directory again; plain C is available everywhere.
         _run([*base, "--locale=C"], user, config.start_timeout, "initdb")
@@ -575,9 +587,7 @@ def _clear_stale(config: ServerConfig) -> None:
         if not first.strip().isdigit() or not postmaster_alive(int(first), config.data_dir):
             pid_file.unlink(missing_ok=True)
             if info is not None:
-                for stale in (info.socket_path, Path(f"{info.socket_path}.lock")):
-                    with contextlib.suppress(OSError):
-                        stale.unlink()
+                _remove_socket(info.socket_dir, info.socket_path, config.data_dir)
             return
         if info is not None and info.status == "ready" and info.socket_path.exists():
             return
@@ -610,8 +620,9 @@ def _start(config: ServerConfig, binaries: Binaries, user: ServerUser | None) ->
             break
         except EmbeddedPostgresError as exc:
             # After a SIGKILLed postmaster its children take a moment to notice and detach from
-            # shared memory; until then a new postmaster refuses to start.
-            if "pre-existing shared memory block" not in str(exc) or time.monotonic() > deadline:
+            # shared memory; until then a new postmaster refuses to start: retry that only.
+            if time.monotonic() > deadline or "pre-existing shared memory block" not in exc.output:
+                _remove_socket(socket_dir, None, config.data_dir)  # a short dir made for this start
                 raise
             time.sleep(0.1)
     while True:
@@ -634,6 +645,13 @@ def ensure_server(config: ServerConfig) -> ServerInfo:
         return info
     binaries = find_binaries(config.bin_dir)
     user = server_user(config.run_as)
+    try:
+        return _ensure_locked(config, binaries, user)
+    except OSError as exc:  # an unusable data directory: say which, and how to choose another
+        raise EmbeddedPostgresError(f"{config.data_dir}: {exc}; {DATA_DIR_HINT}") from exc
+
+
+def _ensure_locked(config: ServerConfig, binaries: Binaries, user: ServerUser | None) -> ServerInfo:
     if config.allow_init:  # attaching processes never create anything
         config.data_dir.parent.mkdir(parents=True, exist_ok=True)
     with file_lock(config.lock_path, config.start_timeout):
@@ -696,15 +714,21 @@ def stop_server(data_dir: Path, mode: str = "fast", timeout: float = 60.0) -> bo
             with contextlib.suppress(ProcessLookupError):
                 os.kill(info.pid, signal.SIGKILL)
             _wait_exit(info.pid, data_dir, 10)
-    if info.socket_dir != data_dir and info.socket_dir.name.startswith("pgj-"):
-        # Our short private socket directory: remove what the server leaves, then the directory
-        # only if that emptied it.
-        for leftover in (info.socket_path, Path(f"{info.socket_path}.lock")):
+    if info.socket_dir != data_dir:
+        _remove_socket(info.socket_dir, info.socket_path, data_dir)
+    return True
+
+
+def _remove_socket(socket_dir: Path, socket_path: Path | None, data_dir: Path) -> None:
+    """Remove a stopped (or dead) server's socket and its lock file and, when it lives in one of
+    our short private directories (``pgj-*``), that directory too if this emptied it."""
+    if socket_path is not None:
+        for leftover in (socket_path, Path(f"{socket_path}.lock")):
             with contextlib.suppress(OSError):
                 leftover.unlink()
+    if socket_dir != data_dir and socket_dir.name.startswith("pgj-"):
         with contextlib.suppress(OSError):
-            info.socket_dir.rmdir()
-    return True
+            socket_dir.rmdir()
 
 
 # --------------------------------------------------------------------------------------------

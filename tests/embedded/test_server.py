@@ -16,8 +16,9 @@ import pytest
 
 from django_pgjobs.embedded import server
 from tests.helpers import prerequisite_missing
+from tests.processes import wait_for
 
-from .conftest import SERVER_PY, child_env, postgres_pids_under, run_python, wait_until
+from .conftest import SERVER_PY, child_env, postgres_pids_under, run_python
 
 IS_ROOT = os.geteuid() == 0
 
@@ -148,7 +149,7 @@ def test_start_after_unclean_stop(workdir: Path) -> None:
     config = server.ServerConfig(data_dir=workdir / "pg", durable=False)
     first = server.ensure_server(config)
     os.kill(first.pid, signal.SIGKILL)  # postmaster.pid and the socket stay behind
-    wait_until(lambda: not server.postmaster_alive(first.pid), what="postmaster death")
+    wait_for(lambda: not server.postmaster_alive(first.pid), what="postmaster death")
     assert (config.data_dir / "postmaster.pid").exists()
 
     second = server.ensure_server(config)
@@ -200,7 +201,6 @@ def test_data_dir_of_another_major_is_refused(workdir: Path) -> None:
 OWNER = """
 import json, os, subprocess, sys
 from django_pgjobs.embedded import server
-from tests.helpers import prerequisite_missing
 info = server.server_for({"MODE": "test"})
 attach = "from django_pgjobs.embedded import server; print(server.server_for({'MODE': 'test'}).pid)"
 child = subprocess.run([sys.executable, "-c", attach], capture_output=True, text=True, check=True)
@@ -232,8 +232,8 @@ def test_test_server_is_shared_with_children_and_stopped_with_its_owner(ending: 
         assert server.postmaster_alive(report["pid"])
         owner.kill()
     owner.wait(timeout=60)
-    wait_until(lambda: not server.postmaster_alive(report["pid"]), what="server stop")
-    wait_until(lambda: not data_dir.parent.exists(), what="temporary directory removal")
+    wait_for(lambda: not server.postmaster_alive(report["pid"]), what="server stop")
+    wait_for(lambda: not data_dir.parent.exists(), what="temporary directory removal")
     assert not postgres_pids_under(data_dir.parent)
 
     # A straggler child (e.g. a worker the dead owner never reaped) must not resurrect anything.
@@ -380,3 +380,36 @@ def test_default_development_data_dir(workdir: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("XDG_DATA_HOME", str(private / ".local" / "share"))
     assert server.default_data_dir(18, user) == workdir / "shared" / "pg18"
     assert (private.stat().st_mode & 0o777) == 0o700
+
+
+# --- clear errors for bad input ---------------------------------------------------------------
+
+
+def test_an_initdb_failure_is_reported_once_not_retried_with_another_locale(workdir: Path) -> None:
+    """initdb's command line always names a locale: only initdb's own output may trigger the
+    plain-C retry, or every failure would run initdb twice and report the second run."""
+    data_dir = workdir / "pg"
+    data_dir.mkdir(mode=0o700)
+    (data_dir / "stray-file").write_text("not a cluster")  # initdb refuses a non-empty directory
+    config = server.ServerConfig(data_dir=data_dir, durable=False)
+    with pytest.raises(server.EmbeddedPostgresError) as failure:
+        server.ensure_server(config)
+    assert "--locale=C.UTF-8" in str(failure.value)  # the first attempt's error, not a retry's
+    assert "not empty" in failure.value.output
+
+
+def test_an_unusable_data_directory_is_a_clear_error(workdir: Path) -> None:
+    blocker = workdir / "a-file"
+    blocker.write_text("")
+    config = server.ServerConfig(data_dir=blocker / "pg", durable=False)
+    with pytest.raises(server.EmbeddedPostgresError, match=server.ENV_DATA_DIR) as failure:
+        server.ensure_server(config)
+    assert str(blocker / "pg") in str(failure.value)
+
+
+def test_a_bad_database_url_port_names_the_setting_not_the_password() -> None:
+    from django_pgjobs.embedded import database_from_url
+
+    with pytest.raises(ValueError, match=r"DATABASE_URL has an invalid port in 'db\.example:abc'") as bad:
+        database_from_url("postgres://app:s3cret@db.example:abc/app")
+    assert "s3cret" not in str(bad.value)

@@ -31,6 +31,10 @@ class Command(BaseCommand):
         from django_pgjobs.embedded import ENGINE, server
 
         alias = options["database"]
+        if alias not in connections.settings:
+            raise CommandError(
+                f"no database {alias!r} in DATABASES (known: {', '.join(connections.settings)})"
+            )
         settings_dict = connections.settings[alias]
         if settings_dict.get("ENGINE") != ENGINE:
             raise CommandError(
@@ -40,6 +44,10 @@ class Command(BaseCommand):
         embedded = dict(settings_dict.get("EMBEDDED") or {})
         action = options["action"] or "status"
         try:
+            if action == "start" and embedded.get("MODE") == "test":
+                raise CommandError(
+                    "test servers belong to a test run and are removed when it ends; nothing to start here"
+                )
             if action == "start":
                 started = server.server_for(embedded)
                 self.stdout.write(f"running (pid {started.pid})")
@@ -76,4 +84,5 @@ class Command(BaseCommand):
         self.stdout.write(f"data directory: {info.data_dir}")
         self.stdout.write(f"socket: {info.socket_path}")
         self.stdout.write(f"log: {info.data_dir / server.LOG_NAME}")
-        self.stdout.write(f"connect: psql '{info.url()}'")
+        self.stdout.write("connect: python manage.py dbshell (the psql shipped with the server)")
+        self.stdout.write(f"url: {info.url()}")
