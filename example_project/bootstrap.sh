@@ -24,7 +24,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 
 STAMP="$VENV/.pgjobs-installed"
-WANT="$(cat "$ROOT/pyproject.toml" | "$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())')"
+WANT="$("$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())' < "$ROOT/pyproject.toml")"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
   echo "Installing django-pgjobs[test,embedded,e2e] into $VENV ..." >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip

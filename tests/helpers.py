@@ -42,9 +42,11 @@ def job_count() -> int:
 def prerequisite_missing(message: str) -> NoReturn:
     """A test whose prerequisite this machine lacks (a browser, a server we may restart...).
 
-    CI (``CI`` or ``PGJOBS_REQUIRE_ALL`` set, as ``.ci/run`` does) provides every prerequisite, so
-    there a missing one fails the run instead of hiding behind a skip. On a developer's machine the
-    test is skipped with the reason and how to provide it, rather than failing the whole suite."""
-    if os.environ.get("CI") or os.environ.get("PGJOBS_REQUIRE_ALL"):
+    With ``PGJOBS_REQUIRE_ALL`` set (``.ci/run`` sets it: its machine provides every prerequisite)
+    a missing one fails the run instead of hiding behind a skip. Anywhere else, the test is skipped
+    with the reason and how to provide it, rather than failing the whole suite. Deliberately not
+    the generic ``CI`` variable: hosted CI services set it on runners (non-root, no browser...)
+    where these tests must skip."""
+    if os.environ.get("PGJOBS_REQUIRE_ALL"):
         pytest.fail(message, pytrace=False)
     pytest.skip(message)

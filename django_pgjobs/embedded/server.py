@@ -7,7 +7,7 @@ creates system users and chmods parent directories). We only borrow its binaries
 
 Layout
     development  ``$PGJOBS_EMBEDDED_DATA_DIR`` or ``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/
-                 pg18`` (major version in the name: a data directory only works with one major).
+                 pg<major>`` (e.g. ``pg18``: a data directory only works with one major version).
                  Reused across runs; the server is left running so ``runserver`` and ``runjobs``
                  share it; ``manage.py pgembedded stop`` stops it.
     test         a fresh ``/tmp/pgjobs-test-<random>/data`` (mkdtemp), owned by the first process

@@ -106,8 +106,6 @@ class Command(BaseCommand):
             time.sleep(max(0.0, min(5.0, (upcoming - timezone.now()).total_seconds())))
 
     def _progress(self, ours: Q, stop: threading.Event) -> None:
-        from django.db import connection
-
         try:
             while not stop.wait(0.3):
                 counts = dict(Job.objects.filter(ours).values_list("status").annotate(n=Count("id")))
