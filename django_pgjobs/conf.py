@@ -7,6 +7,7 @@ showed up in a busy worker's profile, once per claim and per acknowledgement.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -49,8 +50,51 @@ class PgJobsSettings:
     #: Rows per statement for retention pruning and bulk admin actions.
     BATCH_SIZE: int = 1000
 
+    def __post_init__(self) -> None:
+        """Reject a value of the wrong kind here, where it is read, rather than as a traceback in
+        a worker's claim loop or in every enqueue. Ranges that depend on each other (heartbeat
+        against lease) are the system check's job."""
+        problems = [p for p in (_kind_problem(f.name, getattr(self, f.name)) for f in fields(self)) if p]
+        channel = self.NOTIFY_CHANNEL
+        if isinstance(channel, str) and not (0 < len(channel.encode()) < 64 and '"' not in channel):
+            problems.append(
+                f"NOTIFY_CHANNEL must be 1-63 bytes without double quotes (a LISTEN channel); got {channel!r}"
+            )
+        if not problems:
+            from .retry import ExponentialBackoff
+
+            try:
+                ExponentialBackoff(self.BACKOFF_BASE, self.BACKOFF_CAP_SECONDS, self.BACKOFF_JITTER)
+            except ValueError as exc:
+                problems.append(f"BACKOFF_*: {exc}")
+        if problems:
+            raise ImproperlyConfigured("invalid PGJOBS setting(s): " + "; ".join(problems))
+
 
 _NAMES = {f.name for f in fields(PgJobsSettings)}
+
+_NUMBER = (int, float)
+#: What each setting accepts, beyond its default's own type.
+_KINDS: dict[str, tuple[type, ...]] = {
+    "RETENTION_DONE_SECONDS": (*_NUMBER, type(None)),
+    "RETENTION_DEAD_SECONDS": (*_NUMBER, type(None)),
+}
+
+
+def _kind_problem(name: str, value: Any) -> str | None:
+    default = next(f.default for f in fields(PgJobsSettings) if f.name == name)
+    allowed = _KINDS.get(name) or (_NUMBER if isinstance(default, float) else (type(default),))
+    if isinstance(value, bool) and bool not in allowed:
+        return f"{name} must be {_describe(allowed)}, not {value!r}"
+    if not isinstance(value, allowed):
+        return f"{name} must be {_describe(allowed)}, not {type(value).__name__} {value!r}"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{name} must be finite, not {value!r}"
+    return None
+
+
+def _describe(kinds: tuple[type, ...]) -> str:
+    return " or ".join("None" if k is type(None) else k.__name__ for k in kinds)
 
 
 _cached: PgJobsSettings | None = None

@@ -23,7 +23,7 @@ from django.utils import timezone
 from . import sql
 from .conf import get_settings
 from .exceptions import IdempotencyConflict, InvalidJob
-from .payloads import check_value, dumps
+from .payloads import check_payload, dumps
 
 if TYPE_CHECKING:
     from .models import Job
@@ -133,9 +133,7 @@ def normalise(new: NewJob) -> dict[str, Any]:
     key = new.idempotency_key
     if key is not None:
         _text(key, "idempotency_key", MAX_KEY_LENGTH)
-    if not isinstance(new.payload, dict):
-        raise InvalidJob(f"job {task!r}: payload must be a dict, got {type(new.payload).__name__}")
-    check_value(task, "payload", new.payload)
+    check_payload(task, new.payload)
     run_at, delay = _schedule(new.run_at, new.delay)
     return {
         "task": task,
@@ -503,9 +501,7 @@ class JobManager(models.Manager["Job"]):
         if current is None:
             return None
         if payload is not None:
-            if not isinstance(payload, dict):
-                raise InvalidJob(f"job {current!r}: payload must be a JSON object")
-            check_value(current, "payload", payload)
+            check_payload(current, payload)
         if run_at is not None:
             _schedule(run_at, None)
         if priority is not None:

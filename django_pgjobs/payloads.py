@@ -12,7 +12,10 @@ import json
 import math
 from typing import Any
 
-from .exceptions import PayloadNotSerializable
+from .exceptions import InvalidJob, PayloadNotSerializable
+
+#: ``json.dumps`` raises past ``sys.get_int_max_str_digits()`` (4,300 by default); stay under it.
+_MAX_INT_BITS = 14_000
 
 
 def _problem(value: Any, path: str) -> tuple[str, str] | None:
@@ -20,6 +23,8 @@ def _problem(value: Any, path: str) -> tuple[str, str] | None:
     if value is None or isinstance(value, bool):
         return None
     if isinstance(value, int):
+        if value.bit_length() > _MAX_INT_BITS:
+            return (path, "integer too large for JSON (Python refuses to print more than 4,300 digits)")
         return None
     if isinstance(value, float):
         return None if math.isfinite(value) else (path, f"{value!r} is not valid JSON")
@@ -57,6 +62,20 @@ def check_arguments(task: str, args: tuple | list, kwargs: dict[str, Any]) -> di
     for name, value in kwargs.items():
         _check(task, f"argument {name!r}", name, value)
     return {"args": list(args), "kwargs": dict(kwargs)}
+
+
+def check_payload(task: str, payload: Any) -> None:
+    """A whole stored payload (bulk enqueue, an operator's edit): a JSON object (a dict) whose
+    ``args`` is a list and ``kwargs`` an object, since the worker calls ``handler(*args, **kwargs)``
+    (a string ``args`` would arrive as one argument per character)."""
+    if not isinstance(payload, dict):
+        got = type(payload).__name__
+        raise InvalidJob(f"job {task!r}: payload must be a JSON object (a dict), got {got}")
+    for key, kind, name in (("args", list, "a list"), ("kwargs", dict, "an object")):
+        if key in payload and not isinstance(payload[key], kind):
+            got = type(payload[key]).__name__
+            raise InvalidJob(f"job {task!r}: payload[{key!r}] must be {name}, got {got}")
+    check_value(task, "payload", payload)
 
 
 def check_value(task: str, what: str, value: Any) -> None:

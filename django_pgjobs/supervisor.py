@@ -6,6 +6,7 @@ child starts from a clean state (Django connections are per process and opened l
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import signal
@@ -24,10 +25,20 @@ QUICK_DEATH_SECONDS = 5.0
 
 
 class Supervisor:
-    def __init__(self, processes: int, run_child: Callable[[int], int], shutdown_timeout: float) -> None:
+    def __init__(
+        self,
+        processes: int,
+        run_child: Callable[[int], int],
+        shutdown_timeout: float,
+        *,
+        restart_clean_exits: bool = True,
+    ) -> None:
         if processes < 1:
             raise ValueError("processes must be >= 1")
         self.processes = processes
+        # Only the caller knows whether a clean exit is the plan (--burst drained, --max-jobs
+        # reached) or a child stopped by someone else (``kill -TERM <child>`` to recycle it).
+        self.restart_clean_exits = restart_clean_exits
         self.run_child = run_child  # called in the child with its slot number; returns an exit code
         self.shutdown_timeout = shutdown_timeout
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
@@ -49,8 +60,7 @@ class Supervisor:
                 slot, started = self.children.pop(pid)
                 if self._signals:
                     continue  # stopping: reaped children are simply gone
-                if os.waitstatus_to_exitcode(status) == 0:
-                    # A clean exit is intentional (--burst drained, --max-jobs reached): no restart.
+                if os.waitstatus_to_exitcode(status) == 0 and not self.restart_clean_exits:
                     logger.info("worker process %d (slot %d) finished", pid, slot)
                     continue
                 quick = time.monotonic() - started < QUICK_DEATH_SECONDS
@@ -76,7 +86,7 @@ class Supervisor:
         if pid == 0:  # child
             code = 1
             try:
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _detach_from_supervisor(os.getppid())
                 code = self.run_child(slot)
             except BaseException:
                 logger.exception("worker process crashed")
@@ -120,7 +130,7 @@ class Supervisor:
         while self.children and time.monotonic() < deadline:
             for pid, status in self._reap():
                 self.children.pop(pid, None)
-                worst = max(worst, os.waitstatus_to_exitcode(status) if status else 0)
+                worst = worst or int(os.waitstatus_to_exitcode(status) != 0)  # killed by a signal too
             if self.children:
                 self._sleep(0.1)
         for pid in list(self.children):  # did not stop in time: a last, forceful request
@@ -133,6 +143,27 @@ class Supervisor:
             worst = 1
         logger.info("supervisor stopped (%d restarts)", self.restarts)
         return 0 if worst == 0 else 1
+
+
+def _detach_from_supervisor(supervisor: int) -> None:
+    """In a new child: its own process group, so a terminal's Ctrl-C or systemd's stop (sent to
+    the whole group) reaches only the supervisor, which forwards exactly one SIGTERM. Without
+    this every child got the signal twice (directly, then forwarded) and the second one forces
+    an immediate release instead of a drain. The supervisor's handlers are reset until the
+    worker installs its own, and the child asks for SIGTERM if the supervisor dies (Linux)."""
+    os.setpgid(0, 0)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
+        signal.signal(signum, signal.SIG_DFL)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the supervisor's own stop still reaches us
+        pass
+    if os.getppid() != supervisor:  # it died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 def _describe(status: int) -> str:

@@ -33,7 +33,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -41,6 +41,7 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from .conf import get_settings
 from .exceptions import PayloadNotSerializable, UnknownTask
+from .managers import MAX_DELAY_SECONDS
 from .models import Job
 from .payloads import check_value
 from .registry import JobContext, JobHandler, get_handler
@@ -87,11 +88,9 @@ class Running:
     job: Job
     handler: JobHandler[Any, Any] | None
     lease: float
-    claimed_at: float = field(default_factory=time.monotonic)
     started_at: float | None = None
     finished: bool = False  # the handler returned; the outcome may not be written yet
     released: bool = False
-    overran: bool = False
     abandoned: bool = False  # overran: its thread was replaced; it ends when (if) the handler returns
     lost: bool = False  # fencing refused a heartbeat: the lease is gone for good
 
@@ -134,6 +133,7 @@ class Worker:
         self._stuck = 0  # job threads abandoned to a handler past its timeout, not yet returned
         self._replacements = 0
         self._exit_code = 0
+        self._forced_by_signal = False
         self._todo: queue.Queue[Running | None] = queue.Queue()
         self._outcomes: queue.Queue[Outcome | None] = queue.Queue()
         self._wake = threading.Event()  # something to claim, a free slot, or a signal
@@ -142,7 +142,6 @@ class Worker:
         self._forced = threading.Event()  # give everything back now (second signal)
         self._threads: list[threading.Thread] = []
         self.claimed_total = 0
-        self.finished_total = 0
         self.counts = {"done": 0, "retry": 0, "dead": 0, "rejected": 0, "released": 0}
 
     # -- public -----------------------------------------------------------------------------------
@@ -304,14 +303,28 @@ class Worker:
             close_old_connections()
 
     def _retry_delay(self, running: Running, exc: BaseException) -> float | None:
+        """The handler's backoff, checked here: a policy that raises or answers something the row
+        cannot store (negative, NaN, a timedelta, centuries) gets the default policy instead, so
+        the failure is still recorded and retried rather than lost in the acknowledger."""
         attempt = running.job.attempts
+        task = running.job.task
         try:
             if running.handler is None or isinstance(exc, PayloadNotSerializable | UnknownTask):
                 return default_backoff()(attempt, exc)
-            return running.handler.retry_delay(attempt, exc)
+            delay = running.handler.retry_delay(attempt, exc)
         except Exception:
-            logger.exception("backoff policy of %s failed; using the default", running.job.task)
+            logger.exception("backoff policy of %s failed; using the default", task)
             return default_backoff()(attempt, exc)
+        if delay is None or (
+            isinstance(delay, int | float) and not isinstance(delay, bool) and 0 <= delay <= MAX_DELAY_SECONDS
+        ):
+            return delay
+        logger.error(
+            "backoff policy of %s returned %r, not seconds (0 to 100 years) or None; using the default",
+            task,
+            delay,
+        )
+        return default_backoff()(attempt, exc)
 
     # -- acknowledgements -------------------------------------------------------------------------
     def _ack_thread(self) -> None:
@@ -378,8 +391,7 @@ class Worker:
     def _finished(self, o: Outcome, label: str) -> None:
         job = o.running.job
         with self._lock:
-            self._active.pop(o.running.key, None)
-            self.finished_total += 1
+            self._forget(o.running)
             self.counts[label] += 1
         self._wake.set()
         if label == "rejected":
@@ -429,19 +441,18 @@ class Worker:
     def _beat(self) -> None:
         now = time.monotonic()
         leases: list[tuple[int, int, float]] = []
-        overran: list[Running] = []
+        overran: list[tuple[Running, float]] = []
         with self._lock:
             for r in self._active.values():
-                if r.released or r.lost:
+                if r.released:
                     continue
                 timeout = r.handler.timeout if r.handler else None
                 if timeout and not r.finished and r.started_at is not None and now - r.started_at > timeout:
-                    r.overran = True
-                    overran.append(r)
-                    continue
-                leases.append((r.job.id, r.job.attempts, r.lease))
-        for r in overran:
-            self._abandon(r)
+                    overran.append((r, timeout))  # lost or not, its thread is stuck: free the slot
+                elif not r.lost:
+                    leases.append((r.job.id, r.job.attempts, r.lease))
+        for r, timeout in overran:
+            self._abandon(r, timeout)
         if not leases:
             return
         try:
@@ -454,7 +465,9 @@ class Worker:
         refused = [(job_id, attempt) for job_id, attempt, _ in leases if job_id not in kept]
         with self._lock:
             # A job acknowledged between the snapshot and the beat is not lost, just finished.
-            lost = [key for key in refused if key in self._active]
+            # Nor is one whose handler returned: its outcome is being written, which is what
+            # refused the beat; the acknowledger reports how that ended.
+            lost = [key for key in refused if key in self._active and not self._active[key].finished]
             for key in lost:  # no point beating it again (and logging this every beat)
                 self._active[key].lost = True
         if lost:
@@ -462,15 +475,21 @@ class Worker:
                 "lost the lease of job(s) %s: they were taken back by the sweeper", [j for j, _ in lost]
             )
 
-    def _abandon(self, r: Running) -> None:
+    def _forget(self, r: Running) -> None:
+        """Drop ``r`` from the in-flight table (caller holds the lock), unless that key now holds
+        another run of the same job and attempt (an abandoned run outlived its rerun's claim)."""
+        if self._active.get(r.key) is r:
+            del self._active[r.key]
+
+    def _abandon(self, r: Running, timeout: float) -> None:
         """A handler past its ``timeout``: stop heartbeating it (the sweeper takes the job back and
         fencing refuses this run's late result) and give its slot to a fresh thread, since Python
         cannot stop the stuck one. Once more threads are stuck than there are slots, the process
         asks to be replaced: exit code 3, which ``--processes`` (or any process manager) restarts."""
         with self._lock:
-            if r.finished or r.key not in self._active:
+            if r.finished or self._active.get(r.key) is not r:
                 return
-            self._active.pop(r.key)
+            self._forget(r)
             r.abandoned = True
             self._stuck += 1
             stuck = self._stuck
@@ -479,7 +498,7 @@ class Worker:
             "take it back and this run's result will be rejected); its slot goes to a new thread",
             r.job.id,
             r.job.task,
-            r.handler.timeout if r.handler else 0,
+            timeout,
         )
         if stuck > self.concurrency and not self._stopping.is_set():
             logger.error(
@@ -530,9 +549,22 @@ class Worker:
 
     # -- lifecycle --------------------------------------------------------------------------------
     def _start_thread(self, target: Any, name: str) -> None:
-        t = threading.Thread(target=target, name=f"pgjobs-{name}", daemon=True)
+        t = threading.Thread(target=self._guarded, args=(target,), name=f"pgjobs-{name}", daemon=True)
         t.start()
         self._threads.append(t)
+
+    def _guarded(self, target: Any) -> None:
+        """A worker thread that dies of a bug would leave its jobs heartbeated but never finished
+        (stuck in ``running`` for good): stop the whole worker instead, with exit code 4, so its
+        jobs are released and a fresh process (``--processes``, systemd) takes over."""
+        try:
+            target()
+        except BaseException:
+            logger.critical(
+                "internal error in %s; stopping the worker", threading.current_thread().name, exc_info=True
+            )
+            self._exit_code = self._exit_code or 4
+            self.stop()
 
     def _start_threads(self) -> None:
         for i in range(self.concurrency):
@@ -570,8 +602,6 @@ class Worker:
         connections.close_all()
         return self._exit_code or (1 if self._forced_by_signal else 0)
 
-    _forced_by_signal = False
-
     def _release(self, which: Any, reason: str) -> None:
         with self._lock:
             chosen = [r for r in self._active.values() if not r.released and which(r)]
@@ -585,7 +615,7 @@ class Worker:
         )
         with self._lock:
             for r in chosen:
-                self._active.pop(r.key, None)
+                self._forget(r)
             self.counts["released"] += len(released)
         if released:
             logger.info("released %d job(s) back to ready: %s", len(released), sorted(released)[:20])

@@ -78,7 +78,13 @@ class WorkerProcess:
         self.proc.send_signal(signum)
 
     def kill(self) -> None:
-        """SIGKILL the worker and everything in its process group (a supervisor's children too)."""
+        """SIGKILL the worker, its process group and its descendants (a supervisor's children run
+        in process groups of their own)."""
+        for pid in [*_descendants(self.proc.pid), self.proc.pid]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -105,6 +111,22 @@ class WorkerProcess:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct child processes of ``pid`` (Linux /proc)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def _descendants(pid: int) -> list[int]:
+    found = []
+    for child in children_of(pid):
+        found += [child, *_descendants(child)]
+    return found
 
 
 def query(sql: str, params: list[Any] | None = None) -> list[tuple]:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 import types
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
 from django_pgjobs.checks import check_pgjobs
+from django_pgjobs.conf import get_settings
 from tests import settings as test_settings
 
 BASE_APPS = [app for app in test_settings.INSTALLED_APPS if app.startswith("django.")]
@@ -99,3 +102,26 @@ def test_the_check_is_registered():
     from django.core import checks
 
     assert check_pgjobs in checks.registry.registry.get_checks()
+
+
+@pytest.mark.parametrize(
+    ("pgjobs", "message"),
+    [
+        (
+            {"RETENTION_DONE_SECONDS": dt.timedelta(days=14)},
+            "RETENTION_DONE_SECONDS must be int or float or None",
+        ),
+        ({"NOTIFY_CHANNEL": ""}, "NOTIFY_CHANNEL must be 1-63 bytes"),
+        ({"NOTIFY_CHANNEL": "x" * 64}, "NOTIFY_CHANNEL must be 1-63 bytes"),
+        ({"TRACEBACK_LIMIT": None}, "TRACEBACK_LIMIT must be int, not NoneType"),
+        ({"BACKOFF_JITTER": 1.0}, "backoff jitter must be in"),
+        ({"LISTEN": 1}, "LISTEN must be bool"),
+        ({"LEASE_SECONDS": float("nan")}, "LEASE_SECONDS must be finite"),
+    ],
+)
+def test_settings_of_the_wrong_kind_are_a_check_error_not_a_worker_crash(pgjobs, message):
+    with override_settings(PGJOBS=pgjobs):
+        errors = [m for m in check_pgjobs() if m.id == "django_pgjobs.E001"]
+        assert len(errors) == 1 and message in errors[0].msg
+        with pytest.raises(ImproperlyConfigured, match="invalid PGJOBS setting"):
+            get_settings()

@@ -386,7 +386,9 @@ def test_bad_task_names_are_refused(task, message):
 
 @pytest.mark.parametrize("payload", [[1, 2], "x", 3])
 def test_payload_must_be_a_dict(payload):
-    with pytest.raises(InvalidJob, match="payload must be a dict"):
+    with pytest.raises(
+        InvalidJob, match=rf"payload must be a JSON object \(a dict\), got {type(payload).__name__}"
+    ):
         Job.objects.enqueue("tests.noop", payload)
     assert job_count() == 0
 

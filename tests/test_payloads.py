@@ -13,6 +13,7 @@ from django_pgjobs.models import Job
 from django_pgjobs.payloads import check_arguments, check_value, dumps
 from django_pgjobs.registry import JobContext, get_handler
 from tests.helpers import job_count
+from tests.testapp import jobs
 from tests.testapp.jobs import echo, identity
 
 pytestmark = pytest.mark.django_db
@@ -177,3 +178,11 @@ def test_dumps_is_compact_strict_json():
     assert dumps({"a": [1, 2.5, None, True], "é": "ü"}) == '{"a":[1,2.5,null,true],"\\u00e9":"\\u00fc"}'
     with pytest.raises(ValueError):
         dumps(float("nan"))
+
+
+def test_an_integer_too_long_to_print_as_json_is_refused_at_enqueue():
+    with pytest.raises(
+        PayloadNotSerializable, match=r"argument 'n' cannot be stored as JSON: integer too large"
+    ):
+        jobs.identity.enqueue(n=10**5000)
+    jobs.identity.enqueue(n=10**4000)  # under Python's 4,300-digit limit: fine

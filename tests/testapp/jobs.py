@@ -123,6 +123,12 @@ def hangs(context: JobContext, seconds: float = 60.0) -> None:
     _record("hang-end", context.job_id, context.attempt)
 
 
+@job(name="tests.bad_backoff", backoff=lambda attempt, exc: -1)
+def bad_backoff() -> None:
+    """Fails under a backoff policy that answers a negative delay (a user's bug)."""
+    raise RuntimeError("downstream says no")
+
+
 @job(name="tests.exits_process", max_attempts=3, takes_context=True)
 def exits_process(context: JobContext) -> None:
     """Poison: ends its own worker process without any cleanup, every time."""

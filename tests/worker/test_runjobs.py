@@ -7,8 +7,10 @@ import time
 
 import pytest
 from django.db import transaction
+from django.utils.dateparse import parse_datetime
 
 from django_pgjobs.models import Job
+from tests.processes import children_of as _children
 from tests.processes import executions, query, wait_for
 from tests.testapp import jobs
 
@@ -225,12 +227,50 @@ def test_processes_supervisor_restarts_a_killed_child(workers):
     assert not _children(supervisor.pid)
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        with open(f"/proc/{pid}/task/{pid}/children") as f:
-            return [int(p) for p in f.read().split()]
-    except FileNotFoundError:
-        return []
+def test_ctrl_c_on_the_terminal_drains_supervised_children(workers):
+    """A terminal's Ctrl-C (or systemd's stop) signals the whole process group. The children must
+    get one request to stop (the supervisor's), not two (the second one forces a release)."""
+    import os
+
+    job = jobs.sleep.enqueue(1.5)
+    supervisor = workers("--processes", "2", "--shutdown-timeout", "30")
+    wait_for(lambda: executions("sleep-start"), 20, "job to start")
+    os.killpg(supervisor.pid, signal.SIGINT)
+    assert supervisor.wait(40) == 0, supervisor.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("done", 1), supervisor.output()
+    assert "releasing every job now" not in supervisor.output()
+
+
+def test_supervisor_replaces_a_child_stopped_with_sigterm(workers):
+    """Outside --burst/--max-jobs a child that exits 0 was stopped by someone (to recycle it):
+    the slot is filled again."""
+    import os
+
+    supervisor = workers("--processes", "2", "--poll-interval", "0.2")
+    children = wait_for(lambda: c if len(c := _children(supervisor.pid)) == 2 else None, 20, "two workers")
+    os.kill(children[0], signal.SIGTERM)
+    wait_for(
+        lambda: len(c := _children(supervisor.pid)) == 2 and children[0] not in c,
+        30,
+        "a replacement for the stopped worker",
+    )
+    supervisor.signal(signal.SIGTERM)
+    assert supervisor.wait(40) == 0, supervisor.output()
+
+
+def test_a_backoff_policy_answering_nonsense_falls_back_to_the_default(workers):
+    job = jobs.bad_backoff.enqueue()
+    worker = workers("--burst")
+    assert worker.wait() == 0, worker.output()
+    job.refresh_from_db()
+    assert (job.status, job.attempts) == ("ready", 1)  # recorded and scheduled, not lost
+    assert job.last_error.startswith("RuntimeError: downstream says no")
+    assert "returned -1" in worker.output() and "using the default" in worker.output()
+    # The default policy's first delay, 2 s +- 20 %, measured from the failure's own timestamp.
+    failed_at = parse_datetime(job.history[-1]["finished_at"])
+    assert failed_at is not None
+    assert 1.6 <= (job.run_at - failed_at).total_seconds() <= 2.4
 
 
 def test_processes_with_burst_exit_when_drained(workers):

@@ -78,17 +78,20 @@ class Command(BaseCommand):
             )
 
         try:
-            make(None)  # validate options before forking anything
+            single = make(None)  # validates the options before anything is forked
         except ValueError as exc:
             raise CommandError(str(exc)) from None
 
         if options["processes"] == 1:
-            code = make(None).run()
+            code = single.run()
         else:
             from django_pgjobs.supervisor import Supervisor
 
             code = Supervisor(
-                options["processes"], lambda slot: make(slot).run(), options["shutdown_timeout"]
+                options["processes"],
+                lambda slot: make(slot).run(),
+                options["shutdown_timeout"],
+                restart_clean_exits=not (options["burst"] or options["max_jobs"]),
             ).run()
         if code:
             sys.exit(code)
