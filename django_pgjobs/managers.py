@@ -10,6 +10,7 @@ rolls back with that data.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import zlib
 from collections.abc import Iterable, Sequence
@@ -34,6 +35,14 @@ MAX_KEY_LENGTH = 255
 MAX_LAST_ERROR = 2000
 SMALLINT = (-32768, 32767)
 _JSON_COLUMNS = frozenset({"payload", "result", "history"})
+
+
+@functools.cache
+def _model_attnames(model: type[models.Model]) -> tuple[str, ...]:
+    """Concrete field names in model order (what ``Model.from_db`` expects), once per model."""
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
 #: Longest delay accepted; beyond it timestamps overflow in PostgreSQL.
 MAX_DELAY_SECONDS = 100 * 365.25 * 24 * 3600
 #: Advisory lock key for "one sweeper at a time" (a stable 32-bit hash of the name).
@@ -179,11 +188,11 @@ class JobManager(models.Manager["Job"]):
             if name in _JSON_COLUMNS and isinstance(values[i], str):
                 values[i] = json.loads(values[i])
         by_name = dict(zip(columns, values, strict=True))
-        fields = self.model._meta.concrete_fields
+        attnames = _model_attnames(self.model)
         return self.model.from_db(
-            connections[self.db_alias].alias,
-            [f.attname for f in fields if f.attname in by_name],
-            [by_name.get(f.attname, DEFERRED) for f in fields],  # model field order
+            self.db_alias,
+            [name for name in attnames if name in by_name],
+            [by_name.get(name, DEFERRED) for name in attnames],  # model field order
         )
 
     @staticmethod
@@ -496,7 +505,8 @@ class JobManager(models.Manager["Job"]):
         max_attempts: int | None = None,
         queue: str | None = None,
     ) -> Job | None:
-        """Change a job that is not running; None when it is running (or gone)."""
+        """Change a job that is ready or dead; None when it is running, done (it already ran with
+        what it had) or gone."""
         current = self.filter(pk=job_id).values_list("task", flat=True).first()
         if current is None:
             return None

@@ -138,7 +138,7 @@ _CLAIM = f"""
 WITH candidate AS MATERIALIZED (
     SELECT id FROM pgjobs_job
     WHERE status = 'ready' {{queue_filter}} AND run_at <= now()
-    ORDER BY {{order}}
+    ORDER BY priority, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
@@ -155,8 +155,8 @@ FROM candidate
 WHERE j.id = candidate.id
 RETURNING {", ".join(f"j.{c}" for c in CLAIM_COLUMNS)}
 """
-CLAIM_QUEUE = _CLAIM.format(queue_filter="AND queue = %(queue)s", order="priority, run_at, id")
-CLAIM_ANY = _CLAIM.format(queue_filter="", order="priority, run_at, id")
+CLAIM_QUEUE = _CLAIM.format(queue_filter="AND queue = %(queue)s")
+CLAIM_ANY = _CLAIM.format(queue_filter="")
 
 # Per-handler leases: the claim gives every job the worker's default lease; a handler with its own
 # ``lease`` gets it at its first heartbeat, which the worker sends as soon as the job starts.
@@ -309,7 +309,8 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status <> 'running'
 RETURNING j.id
 """
 
-# Edit a job that is not running; NULL parameters keep the stored value.
+# Edit a job that is ready (waiting or delayed) or dead: never a running one (a worker holds it) nor
+# a done one (it has run to completion; what ran is history). NULL parameters keep the stored value.
 EDIT = f"""
 UPDATE pgjobs_job AS j
 SET payload = COALESCE(%(payload)s::jsonb, j.payload),
@@ -318,7 +319,7 @@ SET payload = COALESCE(%(payload)s::jsonb, j.payload),
     max_attempts = COALESCE(%(max_attempts)s::int, j.max_attempts),
     queue = COALESCE(%(queue)s::text, j.queue),
     updated_at = now()
-WHERE j.id = %(id)s AND j.status <> 'running'
+WHERE j.id = %(id)s AND j.status IN ('ready', 'dead')
 RETURNING {_RETURNING}
 """
 

@@ -60,10 +60,6 @@ class SweepReport:
     def dead(self) -> int:
         return self.would_dead if self.dry_run else len(self.to_dead)
 
-    @property
-    def changed(self) -> bool:
-        return bool(self.ready or self.dead or self.pruned_done or self.pruned_dead)
-
     def summary(self) -> str:
         """One line with the counts per outcome (what ``sweepjobs`` prints)."""
         back, dead, pruned = (
@@ -101,7 +97,6 @@ def run_sweep(
     lock: bool = True,
     batch_size: int | None = None,
     max_batches: int = 100,
-    using: str | None = None,
 ) -> SweepReport:
     """Run one pass: expired leases back to ``ready`` (or ``dead`` when their attempts are spent),
     then delete ``done``/``dead`` jobs past their retention age.
@@ -112,7 +107,7 @@ def run_sweep(
     claim loop for long; anything left is picked up by the next pass.
     """
     s = get_settings()
-    manager = Job.objects.db_manager(using or s.DATABASE)
+    manager = Job.objects.db_manager(s.DATABASE)
     batch = batch_size or s.BATCH_SIZE
     report = SweepReport(
         dry_run=dry_run,
