@@ -136,8 +136,8 @@ def test_discard_refuses_a_running_job():
 
 
 # -- edit ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("state", ["ready", "delayed", "dead", "done"])
-def test_edit_changes_a_job_that_is_not_running(state):
+@pytest.mark.parametrize("state", ["ready", "delayed", "dead"])
+def test_edit_changes_a_job_that_has_not_run_to_completion(state):
     job = make(state)
     run_at = timezone.now() + dt.timedelta(days=2)
     edited = Job.objects.edit(
@@ -165,10 +165,13 @@ def test_edit_keeps_what_is_not_given():
     )
 
 
-def test_edit_refuses_a_running_job():
-    live = make("running")
-    same = unchanged([live])
-    assert Job.objects.edit(live.pk, priority=9, payload={"args": [1]}) is None
+@pytest.mark.parametrize("state", ["running", "done"])
+def test_edit_refuses_a_running_or_done_job(state):
+    """Running: a worker holds it. Done: it already ran with what it had; an edit would only
+    make its row lie about what ran."""
+    job = make(state)
+    same = unchanged([job])
+    assert Job.objects.edit(job.pk, priority=9, payload={"args": [1]}) is None
     assert same()
 
 

@@ -5,7 +5,9 @@
 * **Dead letters**: only dead jobs (the :class:`~django_pgjobs.models.DeadJob` proxy).
 * Actions (retry / cancel / run now need ``django_pgjobs.operate_job``; discard needs delete; edit
   needs change) go through ``Job.objects`` only, in bounded batches; running jobs are refused.
-* **Overview**: per-queue counts, oldest ready age and the last hour's outcomes.
+  Editing applies to ready and dead jobs: a running job is a worker's, a done job's run is history.
+* **Overview**: per-queue counts, running jobs whose lease expired, oldest ready age and the last
+  hour's outcomes.
 
 Both entries use the ``Job`` model's permissions (a dead letter is a job), so one set of grants
 covers both.
@@ -17,9 +19,10 @@ import json
 from typing import Any, ClassVar
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import unquote
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
@@ -33,9 +36,13 @@ from ..models import DeadJob, Job, Status
 from . import actions
 from .bulk import FastCountPaginator
 from .forms import EDITABLE_FIELDS, JobEditForm
-from .views import QueueFilter, TaskFilter, overview_view
+from .views import LeaseExpiredFilter, QueueFilter, TaskFilter, overview_view
 
 ERROR_EXCERPT = 80
+
+#: The job page is read-only in these states: a worker holds a running job, and a done job has run to
+#: completion (its payload and schedule describe what ran). ``Job.objects.edit`` refuses both too.
+READ_ONLY_STATUSES = (Status.RUNNING, Status.DONE)
 
 STATUS_COLOURS: dict[str, str] = {
     Status.READY: "#1f6feb",
@@ -55,6 +62,13 @@ def pretty_json(value: Any) -> str:
 class JobChangeList(ChangeList):
     """The list never loads payload/result/history (they can be large): only what the columns show."""
 
+    def __init__(self, request: HttpRequest, *args: Any, **kwargs: Any) -> None:
+        # PostgreSQL text cannot hold NUL, so a NUL in ?q= or a filter value would make psycopg raise
+        # DataError (a 500). Django answers IncorrectLookupParameters with a redirect to ?e=1.
+        if any("\x00" in key or any("\x00" in v for v in values) for key, values in request.GET.lists()):
+            raise IncorrectLookupParameters("a NUL character in the query string")
+        super().__init__(request, *args, **kwargs)
+
     def get_queryset(self, request: HttpRequest, *args: Any, **kwargs: Any) -> QuerySet:
         return super().get_queryset(request, *args, **kwargs).defer("payload", "result", "history")
 
@@ -72,7 +86,7 @@ class JobAdmin(admin.ModelAdmin):
         "error_excerpt",
     )
     list_display_links = ("id", "task")
-    list_filter: ClassVar[Any] = ("status", QueueFilter, TaskFilter)
+    list_filter: ClassVar[Any] = ("status", QueueFilter, TaskFilter, LeaseExpiredFilter)
     search_fields = ("task", "idempotency_key", "last_error")  # see get_search_results
     search_help_text = "A job id, an exact idempotency key, or part of a task name or error text."
     ordering: ClassVar[Any] = ("-id",)
@@ -116,9 +130,6 @@ class JobAdmin(admin.ModelAdmin):
     def _has(self, request: HttpRequest, codename: str) -> bool:
         return request.user.has_perm(f"{Job._meta.app_label}.{codename}_job")
 
-    def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_module_perms(Job._meta.app_label)
-
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # jobs are enqueued by code, through the registry
 
@@ -126,8 +137,8 @@ class JobAdmin(admin.ModelAdmin):
         return self._has(request, "view") or self._has(request, "change")
 
     def has_change_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
-        if obj is not None and obj.status == Status.RUNNING:
-            return False  # a worker holds it: read-only
+        if obj is not None and obj.status in READ_ONLY_STATUSES:
+            return False  # a worker holds it, or it has run to completion: read-only
         return self._has(request, "change")
 
     def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
@@ -163,7 +174,8 @@ class JobAdmin(admin.ModelAdmin):
             return queryset, False
         condition = Q(idempotency_key=term) | Q(task__icontains=term) | Q(last_error__icontains=term)
         digits = term.lstrip("#")
-        if digits.isdigit() and int(digits) < 2**63:
+        # isdigit() alone accepts "²" and other Unicode digits that int() refuses.
+        if digits.isascii() and digits.isdigit() and int(digits) < 2**63:
             condition = Q(pk=int(digits)) | Q(idempotency_key=term)
         return queryset.filter(condition), False
 
@@ -296,21 +308,53 @@ class JobAdmin(admin.ModelAdmin):
         form_url: str = "",
         extra_context: dict[str, Any] | None = None,
     ) -> HttpResponse:
-        if request.method == "GET" and object_id is not None:
-            obj = self.get_object(request, unquote(object_id))
-            if obj is not None:
-                extra_context = {**(extra_context or {}), "pgjobs_buttons": self._page_buttons(request, obj)}
         if request.method == "POST" and object_id is not None and self._has(request, "change"):
-            obj = self.get_object(request, object_id)
-            if obj is not None and obj.status == Status.RUNNING:
+            # Refuse with a message rather than Django's bare 403 (the page was editable when it was
+            # loaded). Only the status is read: Django's own view loads the row once more anyway.
+            pk = self._pk_or_none(object_id)
+            status = (
+                self.get_queryset(request)
+                .filter(pk=pk, status__in=READ_ONLY_STATUSES)
+                .values_list("status", flat=True)
+                .first()
+                if pk is not None
+                else None
+            )
+            if status is not None:
+                why = (
+                    "is running: a worker holds it"
+                    if status == Status.RUNNING
+                    else "is done: it has run to completion"
+                )
                 self.message_user(
                     request,
-                    f"Job #{obj.pk} is running: a worker holds it, so it cannot be edited. "
-                    "Nothing was changed.",
+                    f"Job #{unquote(object_id)} {why}, so it cannot be edited. Nothing was changed.",
                     messages.ERROR,
                 )
                 return HttpResponseRedirect(request.path)
         return super().changeform_view(request, object_id, form_url, extra_context)
+
+    def _pk_or_none(self, object_id: str) -> int | None:
+        """The job id in a URL segment, or None when it is not one (``?``, ``abc``: no such job);
+        ``filter(pk="abc")`` would raise instead."""
+        try:
+            return int(Job._meta.pk.to_python(unquote(object_id)))
+        except ValidationError:
+            return None
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Job | None = None,
+    ) -> HttpResponse:
+        # The buttons are built from the job Django already loaded for the page (no second query).
+        if obj is not None:
+            context["pgjobs_buttons"] = self._page_buttons(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def save_model(self, request: HttpRequest, obj: Job, form: JobEditForm, change: bool) -> None:
         request._pgjobs_edit_refused = None  # type: ignore[attr-defined]
@@ -324,7 +368,7 @@ class JobAdmin(admin.ModelAdmin):
             return
         if edited is None:
             request._pgjobs_edit_refused = (  # type: ignore[attr-defined]
-                f"Job #{obj.pk} became running (or was deleted) before the change was saved; "
+                f"Job #{obj.pk} became running or finished (or was deleted) before the change was saved; "
                 "nothing was changed."
             )
 
@@ -346,9 +390,6 @@ class JobAdmin(admin.ModelAdmin):
     def delete_model(self, request: HttpRequest, obj: Job) -> None:
         if not Job.objects.discard([obj.pk]):
             self.message_user(request, f"Job #{obj.pk} is running and was not deleted.", messages.ERROR)
-
-    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
-        actions.perform(self, request, queryset, actions.OPERATIONS["discard_jobs"])
 
     # -- the job page's own buttons: the list actions for one job ---------------------------------------
     #: Which operation a job page offers, by the job's state (the manager refuses the rest anyway).
@@ -372,23 +413,27 @@ class JobAdmin(admin.ModelAdmin):
         ]
 
     def operate_view(self, request: HttpRequest, object_id: str, operation: str) -> HttpResponse:
-        """POST-only (CSRF-checked by ``admin_view``) and permission-checked like the list action;
-        the same manager call, messages and LogEntry. Lands on the Jobs page of the job, which
-        still exists whatever state it is now in (a retried dead letter is no longer a dead letter)."""
+        """POST-only (CSRF-checked by ``admin_view``) and permission-checked like the list action
+        (view and operate); the same manager call, messages and LogEntry. Lands on the Jobs page of
+        the job, which still exists whatever state it is now in (a retried dead letter is no longer a
+        dead letter).
+
+        The job is looked up among all jobs, not this admin's queryset: a second click on a dead
+        letter's Retry finds it ready, and the manager's refusal ("was not dead and was left
+        unchanged") says so, where a 404 would suggest it was gone."""
         if request.method != "POST":
             return HttpResponseNotAllowed(["POST"])
         if operation not in dict(self.PAGE_OPERATIONS):
             raise Http404(f"unknown operation {operation!r}")
-        if not self.has_operate_permission(request):
+        if not (self.has_view_permission(request) and self.has_operate_permission(request)):
             raise PermissionDenied
-        obj = self.get_object(request, unquote(object_id))
-        if obj is None:
-            raise Http404(f"job {object_id} does not exist (discarded or pruned?)")
-        actions.perform(
-            self, request, self.get_queryset(request).filter(pk=obj.pk), actions.OPERATIONS[operation]
-        )
+        pk = self._pk_or_none(object_id)
+        job = Job.objects.filter(pk=pk) if pk is not None else Job.objects.none()
+        if not job.exists():  # an existence check, not the whole row
+            raise Http404(f"job {unquote(object_id)} does not exist (discarded or pruned?)")
+        actions.perform(self, request, job, actions.OPERATIONS[operation])
         return HttpResponseRedirect(
-            reverse(f"{self.admin_site.name}:{Job._meta.app_label}_job_change", args=[obj.pk])
+            reverse(f"{self.admin_site.name}:{Job._meta.app_label}_job_change", args=[pk])
         )
 
     def _operate_urls(self) -> list[URLPattern]:

@@ -35,7 +35,9 @@ class Operation:
     name: str
     verb: str  # past tense, for messages and the log: "Retried"
     description: str  # the action dropdown text
-    applies_to: str  # "dead jobs", shown when some of the selection was not eligible
+    #: What a selected job that the manager left alone was: "1 job was <skipped> and was left
+    #: unchanged". Said whole (not "not <state>"), since for discard it is a race, not a state.
+    skipped: str
     log_flag: int
     always_confirm: bool
     call: Callable[[HttpRequest, list[int]], list[int]]
@@ -52,7 +54,7 @@ OPERATIONS: dict[str, Operation] = {
             "retry_jobs",
             "Retried",
             "Retry selected dead jobs (run now, fresh attempts)",
-            "dead",
+            "not dead",
             CHANGE,
             False,
             lambda request, ids: Job.objects.retry(ids, by=_actor(request)),
@@ -61,7 +63,7 @@ OPERATIONS: dict[str, Operation] = {
             "cancel_jobs",
             "Cancelled",
             "Cancel selected ready jobs (to dead letters)",
-            "ready",
+            "not ready",
             CHANGE,
             False,
             lambda request, ids: Job.objects.cancel(ids, by=_actor(request)),
@@ -70,7 +72,7 @@ OPERATIONS: dict[str, Operation] = {
             "run_jobs_now",
             "Ran now",
             "Run selected delayed jobs now",
-            "delayed (ready, due later)",
+            "not delayed (ready, due later)",
             CHANGE,
             False,
             lambda request, ids: Job.objects.run_now(ids),
@@ -79,7 +81,9 @@ OPERATIONS: dict[str, Operation] = {
             "discard_jobs",
             "Discarded",
             "Discard (delete) selected jobs",
-            "not running",
+            # Discard takes any job that is not running: one it missed was claimed by a worker, or
+            # deleted by someone else, after the selection was read.
+            "running or already gone by then",
             DELETION,
             True,
             lambda request, ids: Job.objects.discard(ids),
@@ -107,7 +111,7 @@ def report(modeladmin: JobAdmin, request: HttpRequest, op: Operation, outcome: B
     if outcome.other:
         modeladmin.message_user(
             request,
-            f"{_plural(outcome.other, 'job was', 'jobs were')} not {op.applies_to} and "
+            f"{_plural(outcome.other, 'job was', 'jobs were')} {op.skipped} and "
             f"{'was' if outcome.other == 1 else 'were'} left unchanged.",
             messages.WARNING,
         )

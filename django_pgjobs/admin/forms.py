@@ -1,4 +1,11 @@
-"""The job edit form: validates what ``JobManager.edit`` accepts, before it is called."""
+"""The job edit form: validates what ``JobManager.edit`` accepts, before it is called.
+
+Only what the operator changed is written, and "changed" means "differs from what the page showed",
+not "differs from the row as it is now": every editable field renders its shown value in a hidden
+``initial-<name>`` input (``show_hidden_initial``). Otherwise a field the system moved between page
+load and save (``run_at`` after "Run now" or a retry backoff) would look changed, and the page's
+stale value would be written back over it.
+"""
 
 from __future__ import annotations
 
@@ -6,18 +13,60 @@ import json
 from typing import Any
 
 from django import forms
+from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import ValidationError
+from django.utils.dateparse import parse_datetime
 
 from ..exceptions import InvalidJob
 from ..models import Job
 from ..payloads import check_value
 
-#: The fields an operator may change on a job that is not running.
+#: The fields an operator may change on a job that is ready or dead (not running, not done).
 EDITABLE_FIELDS = ("queue", "priority", "run_at", "max_attempts", "payload")
+
+#: Deepest JSON nesting the edit form accepts. Far beyond any real payload, and far below the depth at
+#: which the job page could no longer show it (indented ``json.dumps`` recurses once per level, inside
+#: the template engine's own deep stack: about 870 levels broke it in a test).
+MAX_JSON_DEPTH = 100
+
+TOO_DEEP = f"The JSON is nested too deeply (more than {MAX_JSON_DEPTH} levels of lists or objects)."
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether lists/objects in ``value`` nest more than ``limit`` levels (iterative: no recursion)."""
+    stack = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict | list):
+            if level > limit:
+                return True
+            stack.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return False
 
 
 class PrettyJSONField(forms.JSONField):
-    """A JSON textarea that shows the stored value indented, so a payload is readable and editable."""
+    """A JSON textarea that shows the stored value indented, so a payload is readable and editable.
+
+    Deeply nested input is a validation error, not a server error: thousands of levels make
+    ``json.loads`` raise ``RecursionError``, and hundreds, once saved, would make the page fail to
+    render the payload (see :data:`MAX_JSON_DEPTH`).
+    """
+
+    def to_python(self, value: Any) -> Any:
+        try:
+            converted = super().to_python(value)
+        except RecursionError:
+            raise ValidationError(TOO_DEEP, code="invalid") from None
+        if _deeper_than(converted, MAX_JSON_DEPTH):
+            raise ValidationError(TOO_DEEP, code="invalid")
+        return converted
+
+    def bound_data(self, data: Any, initial: Any) -> Any:
+        # Re-displaying the form after that error parses the input again.
+        try:
+            return super().bound_data(data, initial)
+        except RecursionError:
+            return forms.fields.InvalidJSONInput(data)
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, forms.fields.InvalidJSONInput):
@@ -25,17 +74,46 @@ class PrettyJSONField(forms.JSONField):
         return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=self.encoder)
 
 
+class RunAtField(forms.SplitDateTimeField):
+    """The admin's date + time inputs, whose hidden initial value is one timestamp input.
+
+    With the split widget's own hidden initial (``initial-run_at_0`` / ``_1``), Django does not carry
+    the shown value over when the form is re-displayed after a validation error: it looks for a key
+    named exactly ``initial-run_at``, misses it, and renders the *submitted* value as "shown", so a
+    run_at the operator changed would then look unchanged and be dropped on the next save.
+    """
+
+    hidden_widget = forms.HiddenInput
+
+    def to_python(self, value: Any) -> Any:
+        # Used only for the hidden initial value (MultiValueField.clean never calls to_python).
+        if value in self.empty_values:
+            return None
+        parsed = parse_datetime(str(value))
+        if parsed is None:
+            raise ValidationError("Invalid initial run at.", code="invalid")
+        return parsed
+
+
 class JobEditForm(forms.ModelForm):
     payload = PrettyJSONField(
         label="Payload",
         widget=forms.Textarea(attrs={"rows": 12, "cols": 80, "class": "vLargeTextField pgjobs-json"}),
         help_text='A JSON object: {"args": [...], "kwargs": {...}}.',
+        show_hidden_initial=True,
     )
     priority = forms.IntegerField(
-        label="Priority", min_value=-32768, max_value=32767, help_text="Lower runs first."
+        label="Priority",
+        min_value=-32768,
+        max_value=32767,
+        help_text="Lower runs first.",
+        show_hidden_initial=True,
     )
-    max_attempts = forms.IntegerField(label="Max attempts", min_value=1, max_value=2**31 - 1)
-    queue = forms.CharField(label="Queue", max_length=100, strip=True)
+    run_at = RunAtField(label="Run at", widget=AdminSplitDateTime, show_hidden_initial=True)
+    max_attempts = forms.IntegerField(
+        label="Max attempts", min_value=1, max_value=2**31 - 1, show_hidden_initial=True
+    )
+    queue = forms.CharField(label="Queue", max_length=100, strip=True, show_hidden_initial=True)
 
     class Meta:
         model = Job
@@ -62,5 +140,6 @@ class JobEditForm(forms.ModelForm):
         return queue
 
     def edit_arguments(self) -> dict[str, Any]:
-        """Keyword arguments for ``Job.objects.edit``: only what the operator changed."""
+        """Keyword arguments for ``Job.objects.edit``: only what the operator changed on the page
+        (compared with the page's hidden initial values, see the module docstring)."""
         return {name: self.cleaned_data[name] for name in EDITABLE_FIELDS if name in self.changed_data}

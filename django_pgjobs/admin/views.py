@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from django.contrib import admin
 from django.db import connections
 from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
@@ -21,6 +22,10 @@ if TYPE_CHECKING:
 
 #: Most distinct values a queue/task filter lists in the sidebar.
 FILTER_VALUES_LIMIT = 200
+
+#: Running jobs whose lease has expired: the worker is presumed gone and the job waits for the
+#: sweeper. Compared with the database clock (``Now()``), as the sweeper does, not the web server's.
+LEASE_EXPIRED = Q(status=Status.RUNNING, lease_expires_at__lt=Now())
 
 
 def distinct_values(column: str, using: str, limit: int = FILTER_VALUES_LIMIT) -> list[str]:
@@ -75,6 +80,23 @@ class TaskFilter(_DistinctValueFilter):
     column = "task"
 
 
+class LeaseExpiredFilter(admin.SimpleListFilter):
+    """Stuck jobs: "running", but the worker stopped renewing its lease (crashed, frozen, cut off).
+
+    They stay running until a sweeper returns them to ready (or dead); if none runs they would stay
+    there unseen, so they can be listed (the lease index keeps this cheap).
+    """
+
+    title = "lease"
+    parameter_name = "lease"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("expired", "Lease expired")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet) -> QuerySet:
+        return queryset.filter(LEASE_EXPIRED) if self.value() == "expired" else queryset
+
+
 @dataclass
 class QueueRow:
     queue: str
@@ -83,6 +105,7 @@ class QueueRow:
     oldest_ready_age: dt.timedelta | None = None
     finished_last_hour: int = 0
     failed_last_hour: int = 0
+    lease_expired: int = 0  # running, lease expired: waiting for the sweeper
 
     @property
     def total(self) -> int:
@@ -90,10 +113,12 @@ class QueueRow:
 
 
 def overview_rows(using: str = "default") -> tuple[list[QueueRow], dict[str, int]]:
-    """Per-queue counts by status, the oldest due ready job's age, and the last hour's outcomes.
+    """Per-queue counts by status (and of running jobs whose lease expired), the oldest due ready
+    job's age, and the last hour's outcomes.
 
-    Three queries: one GROUP BY (queue, status); the oldest due ``run_at`` per queue from the partial
-    claim index; finished/dead in the last hour from the (status, finished_at) index.
+    Three queries: one GROUP BY (queue, status), which also counts expired leases since it reads every
+    row anyway; the oldest due ``run_at`` per queue from the partial claim index; finished/dead in the
+    last hour from the (status, finished_at) index.
     """
     now = timezone.now()
     jobs = Job.objects.using(using).order_by()
@@ -104,8 +129,13 @@ def overview_rows(using: str = "default") -> tuple[list[QueueRow], dict[str, int
             rows[queue] = QueueRow(queue=queue, counts={s.value: 0 for s in Status})
         return rows[queue]
 
-    for item in jobs.values("queue", "status").annotate(n=Count("id")):
-        row(item["queue"]).counts[item["status"]] = item["n"]
+    grouped = jobs.values("queue", "status").annotate(
+        n=Count("id"), expired=Count("id", filter=LEASE_EXPIRED)
+    )
+    for item in grouped:
+        r = row(item["queue"])
+        r.counts[item["status"]] = item["n"]
+        r.lease_expired += item["expired"]
     due = jobs.filter(status=Status.READY, run_at__lte=now).values("queue").annotate(oldest=Min("run_at"))
     for oldest in due:
         r = row(oldest["queue"])
@@ -127,6 +157,7 @@ def overview_rows(using: str = "default") -> tuple[list[QueueRow], dict[str, int
     totals = {s.value: sum(r.counts.get(s.value, 0) for r in ordered) for s in Status}
     totals["finished_last_hour"] = sum(r.finished_last_hour for r in ordered)
     totals["failed_last_hour"] = sum(r.failed_last_hour for r in ordered)
+    totals["lease_expired"] = sum(r.lease_expired for r in ordered)
     return ordered, totals
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+from typing import Any
 
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
@@ -176,3 +177,39 @@ def test_jobs_list_columns_filters_and_search(operator, client_for):
     assert found("?task=billing.charge") == ["billing.charge"]
     filters = response.context["cl"].filter_specs
     assert [c["display"] for c in filters[1].choices(response.context["cl"])][1:] == ["mail", "payments"]
+
+
+def test_search_with_a_unicode_digit_is_not_an_error(operator, client_for):
+    JobFactory(task="billing.charge")
+    response = client_for(operator).get(JOBS_URL, {"q": "²"})  # "²".isdigit() is True, int() refuses it
+    assert response.status_code == 200
+    assert list(response.context["cl"].result_list) == []
+
+
+@pytest.mark.parametrize("url", [JOBS_URL, DEAD_URL])
+@pytest.mark.parametrize("param", ["q", "queue", "task", "status__exact", "lease"])
+def test_a_nul_in_a_list_parameter_redirects_with_the_error_flag(operator, client_for, url, param):
+    """PostgreSQL text cannot hold NUL: psycopg would raise DataError (a 500)."""
+    DeadJobFactory()
+    response = client_for(operator).get(url, {param: "a\x00b"})
+    assert response.status_code == 302
+    assert response["Location"] == f"{url}?e=1"
+
+
+def test_discard_reports_a_job_a_worker_claimed_meanwhile(operator, client_for, monkeypatch):
+    """Read as ready, claimed before the DELETE: the message must read correctly (it said "was not
+    not running")."""
+    # Due before the test transaction began (the claim compares run_at with now()).
+    job = JobFactory(run_at=timezone.now() - dt.timedelta(minutes=1))
+    real_discard = Job.objects.discard
+
+    def claim_then_discard(ids: list[int], **kwargs: Any) -> list[int]:
+        # A real worker claim through the manager (the only job in the table), not a mock.
+        assert [j.pk for j in Job.objects.claim(None, "w-race")] == [job.pk]
+        return real_discard(ids, **kwargs)
+
+    monkeypatch.setattr(Job.objects, "discard", claim_then_discard)
+    response = action(client_for(operator), JOBS_URL, "discard_jobs", [job.pk], confirm=True)
+    assert messages_of(response) == ["1 job was running or already gone by then and was left unchanged."]
+    assert Job.objects.get(pk=job.pk).status == Status.RUNNING
+    assert not LogEntry.objects.exists()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import re
+from html.parser import HTMLParser
 from typing import Any
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from django_pgjobs.admin.forms import MAX_JSON_DEPTH
 from django_pgjobs.models import Job
 from tests.factories import DeadJobFactory, JobFactory
 
-from .conftest import DEAD_URL, JOBS_URL, messages_of
+from .conftest import DEAD_URL, JOBS_URL, make_user, messages_of
 
 pytestmark = pytest.mark.django_db
 
@@ -31,6 +36,45 @@ def edit_data(job: Job, **changes: Any) -> dict[str, Any]:
     }
     data.update(changes)
     return data
+
+
+class _ChangeForm(HTMLParser):
+    """What a browser posts from the job page's form: every named input (hidden ones included) and
+    textarea, but no submit button."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.data: dict[str, str] = {}
+        self._in_form = False
+        self._textarea: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "form" and (a.get("id") or "").endswith("job_form"):
+            self._in_form = True
+        elif self._in_form and tag == "input" and a.get("name") and a.get("type") != "submit":
+            self.data[a["name"] or ""] = a.get("value") or ""
+        elif self._in_form and tag == "textarea":
+            self._textarea = a["name"] or ""
+            self.data[self._textarea] = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "textarea":
+            self._textarea = None
+        elif tag == "form":
+            self._in_form = False
+
+    def handle_data(self, data: str) -> None:
+        if self._textarea is not None:
+            self.data[self._textarea] += data
+
+
+def form_data(page: Any, **changes: Any) -> dict[str, Any]:
+    """The job page's form as loaded, with ``changes`` typed in, ready to be saved."""
+    parser = _ChangeForm()
+    parser.feed(page.content.decode())
+    assert "queue" in parser.data, "no edit form on the page"
+    return {**parser.data, **changes, "_save": "Save"}
 
 
 def test_job_page_shows_pretty_json_history_and_traceback(operator, client_for):
@@ -216,3 +260,139 @@ def test_cancel_button_refuses_a_job_that_started_running(operator, client_for):
     response = client_for(operator).post(f"{JOBS_URL}{job.pk}/operate/cancel_jobs/", follow=True)
     assert any("running job was skipped" in m for m in messages_of(response))
     assert Job.objects.get(pk=job.pk).status == "running"
+
+
+def test_a_stale_page_writes_back_only_what_the_operator_changed(operator, client_for):
+    """Between page load and save, "Run now" moved run_at and someone else edited the payload; saving
+    the old page with only the priority changed must keep both (a field differs from the *row*, not
+    from what the page showed)."""
+    job = JobFactory(delayed=True, payload={"args": [1], "kwargs": {}})
+    client = client_for(operator)
+    url = f"{JOBS_URL}{job.pk}/change/"
+    data = form_data(client.get(url), priority="7")
+    assert Job.objects.run_now([job.pk]) == [job.pk]
+    assert Job.objects.edit(job.pk, payload={"args": [2], "kwargs": {}}) is not None
+    moved = Job.objects.get(pk=job.pk)
+    assert moved.run_at < job.run_at
+
+    response = client.post(url, data, follow=True)
+    assert any("was changed successfully" in m for m in messages_of(response))
+    fresh = Job.objects.get(pk=job.pk)
+    assert fresh.priority == 7
+    assert fresh.run_at == moved.run_at
+    assert fresh.payload == {"args": [2], "kwargs": {}}
+    assert LogEntry.objects.get().get_change_message() == "Changed Priority."
+
+
+def test_the_shown_values_survive_a_form_error(operator, client_for):
+    """After a validation error the page still compares with what was first shown: a run_at changed
+    on the first try is saved on the second (Django's split date/time hidden initial would not be)."""
+    job = JobFactory(delayed=True)
+    client = client_for(operator)
+    url = f"{JOBS_URL}{job.pk}/change/"
+    new_run_at = job.run_at.replace(microsecond=0) + dt.timedelta(days=1)
+    local = timezone.localtime(new_run_at)
+    first = form_data(
+        client.get(url),
+        run_at_0=local.strftime("%Y-%m-%d"),
+        run_at_1=local.strftime("%H:%M:%S"),
+        payload="{not json",
+    )
+    page = client.post(url, first)
+    assert page.status_code == 200 and "Enter a valid JSON." in page.content.decode()
+    assert Job.objects.get(pk=job.pk).run_at == job.run_at
+
+    response = client.post(url, form_data(page, payload='{"args": [3], "kwargs": {}}'), follow=True)
+    assert any("was changed successfully" in m for m in messages_of(response))
+    fresh = Job.objects.get(pk=job.pk)
+    assert (fresh.run_at, fresh.payload) == (new_run_at, {"args": [3], "kwargs": {}})
+    assert LogEntry.objects.get().get_change_message() == "Changed Run at and Payload."
+
+
+@pytest.mark.parametrize("depth", [5000, 900])
+def test_deeply_nested_payload_is_a_form_error_not_a_server_error(operator, client_for, depth):
+    """5,000 levels: json.loads raises RecursionError. 900 parse, but once saved the job page could
+    not render them (indented json.dumps inside the template engine's stack)."""
+    job = JobFactory()
+    deep = '{"args": [' + "[" * depth + "]" * depth + '], "kwargs": {}}'
+    client = client_for(operator)
+    response = client.post(f"{JOBS_URL}{job.pk}/change/", edit_data(job, payload=deep))
+    assert response.status_code == 200
+    assert "nested too deeply" in response.content.decode()
+    assert Job.objects.get(pk=job.pk).payload == job.payload
+    assert client.get(f"{JOBS_URL}{job.pk}/change/").status_code == 200
+    assert not LogEntry.objects.exists()
+
+
+def test_payload_nested_up_to_the_limit_is_saved_and_shown(operator, client_for):
+    job = JobFactory()
+    depth = MAX_JSON_DEPTH - 2  # the payload object and its "args" list are two levels
+    payload = {"args": [json.loads("[" * depth + "]" * depth)], "kwargs": {}}
+    client = client_for(operator)
+    response = client.post(
+        f"{JOBS_URL}{job.pk}/change/", edit_data(job, payload=json.dumps(payload)), follow=True
+    )
+    assert any("was changed successfully" in m for m in messages_of(response))
+    assert Job.objects.get(pk=job.pk).payload == payload
+    assert client.get(f"{JOBS_URL}{job.pk}/change/").status_code == 200
+
+
+def test_done_job_page_is_read_only_and_an_edit_changes_nothing(operator, client_for):
+    done = JobFactory(done=True)
+    client = client_for(operator)
+    url = f"{JOBS_URL}{done.pk}/change/"
+    page = client.get(url)
+    assert page.context["has_change_permission"] is False
+    assert "<textarea" not in page.content.decode()
+    assert "done: read-only" in page.content.decode()
+
+    response = client.post(url, edit_data(done, queue="elsewhere", priority=3), follow=True)
+    assert any("is done" in m and "Nothing was changed" in m for m in messages_of(response))
+    fresh = Job.objects.get(pk=done.pk)
+    assert (fresh.queue, fresh.priority, fresh.updated_at) == (done.queue, done.priority, done.updated_at)
+    # The manager's statement refuses it too (a page loaded while the job was still ready).
+    assert Job.objects.edit(done.pk, priority=3) is None
+    assert Job.objects.get(pk=done.pk).priority == done.priority
+    assert not LogEntry.objects.exists()
+
+
+def test_dead_job_can_still_be_edited(operator, client_for):
+    dead = DeadJobFactory()
+    response = client_for(operator).post(
+        f"{DEAD_URL}{dead.pk}/change/", edit_data(dead, priority=4), follow=True
+    )
+    assert any("was changed successfully" in m for m in messages_of(response))
+    assert Job.objects.get(pk=dead.pk).priority == 4
+
+
+def test_job_page_reads_the_job_once(operator, client_for):
+    dead = DeadJobFactory()
+    client = client_for(operator)
+    with CaptureQueriesContext(connection) as queries:
+        page = client.get(f"{DEAD_URL}{dead.pk}/change/")
+    assert page.status_code == 200 and _buttons(page.content.decode())  # the buttons are there
+    job_reads = [q["sql"] for q in queries if q["sql"].startswith("SELECT") and '"pgjobs_job"' in q["sql"]]
+    assert len(job_reads) == 1, job_reads
+
+
+def test_job_page_buttons_need_view_permission_too(client_for):
+    operate_only = make_user("operate-only", "operate_job")
+    dead = DeadJobFactory()
+    response = client_for(operate_only).post(f"{DEAD_URL}{dead.pk}/operate/retry_jobs/")
+    assert response.status_code == 403
+    assert Job.objects.get(pk=dead.pk).status == "dead"
+    assert not LogEntry.objects.exists()
+
+
+def test_retry_button_clicked_twice_says_the_second_changed_nothing(operator, client_for):
+    dead = DeadJobFactory()
+    client = client_for(operator)
+    url = f"{DEAD_URL}{dead.pk}/operate/retry_jobs/"
+    first = client.post(url, follow=True)
+    assert "Retried 1 job." in messages_of(first)
+    second = client.post(url, follow=True)
+    assert second.status_code == 200
+    assert second.redirect_chain[0][0] == f"{JOBS_URL}{dead.pk}/change/"
+    assert "1 job was not dead and was left unchanged." in messages_of(second)
+    assert LogEntry.objects.count() == 1
+    assert client.post(f"{DEAD_URL}not-a-number/operate/retry_jobs/").status_code == 404

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from tests.factories import DeadJobFactory, JobFactory
 
-from .conftest import DEAD_URL, JOBS_URL
+from .conftest import DEAD_URL, JOBS_URL, messages_of
 
 pytestmark = pytest.mark.django_db
 
@@ -45,3 +45,46 @@ def test_overview_is_linked_from_both_lists_and_needs_view_permission(viewer, cl
         assert f'href="{JOBS_URL}overview/"' in client.get(url).content.decode()
     client.logout()
     assert client.get(f"{JOBS_URL}overview/").status_code == 302  # to the login page
+
+
+def expired(queue: str) -> object:
+    """A running job whose worker stopped renewing its lease five minutes ago."""
+    return JobFactory(queue=queue, expired=True, lease_expires_at=timezone.now() - dt.timedelta(minutes=5))
+
+
+def test_overview_counts_running_jobs_whose_lease_expired(viewer, client_for, django_assert_max_num_queries):
+    expired("mail")
+    expired("mail")
+    expired("payments")
+    JobFactory(queue="mail", running=True)  # lease still held
+    JobFactory(queue="other")
+    client = client_for(viewer)
+    with django_assert_max_num_queries(8):  # no extra query: counted in the GROUP BY
+        response = client.get(f"{JOBS_URL}overview/")
+    rows = {r.queue: r for r in response.context["rows"]}
+    assert {q: r.lease_expired for q, r in rows.items()} == {"mail": 2, "other": 0, "payments": 1}
+    assert rows["mail"].counts["running"] == 3
+    assert response.context["totals"]["lease_expired"] == 3
+    html = response.content.decode()
+    assert "3 running jobs</a> have an expired lease" in html
+    assert f'href="{JOBS_URL}?queue=mail&amp;lease=expired">2</a>' in html
+
+
+def test_overview_says_nothing_about_leases_when_none_expired(viewer, client_for):
+    JobFactory(running=True)
+    response = client_for(viewer).get(f"{JOBS_URL}overview/")
+    assert response.context["totals"]["lease_expired"] == 0
+    assert "expired lease" not in response.content.decode()
+
+
+def test_jobs_list_filters_running_jobs_whose_lease_expired(operator, client_for):
+    stuck = [expired("mail"), expired("payments")]
+    JobFactory(running=True)
+    JobFactory()
+    DeadJobFactory()
+    client = client_for(operator)
+    response = client.get(JOBS_URL, {"lease": "expired"})
+    assert response.status_code == 200 and not messages_of(response)
+    assert sorted(j.pk for j in response.context["cl"].result_list) == sorted(j.pk for j in stuck)
+    assert "Lease expired" in response.content.decode()
+    assert len(client.get(JOBS_URL, {"lease": "expired", "queue": "mail"}).context["cl"].result_list) == 1
