@@ -173,6 +173,11 @@ class JobManager(models.Manager["Job"]):
     def db_alias(self) -> str:
         return self._db or get_settings().DATABASE
 
+    def get_queryset(self) -> models.QuerySet[Job]:
+        """ORM reads (admin lists, ``edit``'s lookup) go to the same database as the state
+        changes, ``PGJOBS["DATABASE"]``, not wherever a router would send them."""
+        return super().get_queryset().using(self.db_alias)
+
     def _execute(self, statement: str, params: dict[str, Any]) -> list[tuple]:
         with connections[self.db_alias].cursor() as cursor:
             cursor.execute(statement, params)

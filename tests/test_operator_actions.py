@@ -197,3 +197,15 @@ def test_edit_validates_like_enqueue_and_writes_nothing(changes, error, message)
     with pytest.raises(error, match=message):
         Job.objects.edit(job.pk, **changes)
     assert same()
+
+
+def test_orm_reads_use_the_pgjobs_database_like_the_state_changes():
+    """The admin lists and ``edit``'s lookup read through the ORM; they must see the database the
+    manager's SQL writes to, not whatever a router picks."""
+    from django.test import override_settings
+
+    with override_settings(PGJOBS={"DATABASE": "jobs"}):
+        assert Job.objects.all().db == "jobs"
+        assert Job.objects.filter(status="dead").db == "jobs"
+        assert Job.objects.db_manager("default").all().db == "default"
+    assert Job.objects.all().db == "default"

@@ -19,7 +19,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..exceptions import InvalidJob
 from ..models import Job
-from ..payloads import check_value
+from ..payloads import check_payload
 
 #: The fields an operator may change on a job that is ready or dead (not running, not done).
 EDITABLE_FIELDS = ("queue", "priority", "run_at", "max_attempts", "payload")
@@ -123,12 +123,8 @@ class JobEditForm(forms.ModelForm):
         payload = self.cleaned_data["payload"]
         if not isinstance(payload, dict):
             raise ValidationError('The payload must be a JSON object, e.g. {"args": [], "kwargs": {}}.')
-        for key in ("args", "kwargs"):
-            if key in payload and not isinstance(payload[key], list if key == "args" else dict):
-                kind = "a list" if key == "args" else "an object"
-                raise ValidationError(f"payload[{key!r}] must be {kind}.")
         try:
-            check_value(self.instance.task, "payload", payload)
+            check_payload(self.instance.task, payload)  # the manager's own rule (args list, ...)
         except InvalidJob as exc:
             raise ValidationError(str(exc)) from exc
         return payload
