@@ -35,7 +35,7 @@ from ..exceptions import InvalidJob
 from ..models import DeadJob, Job, Status
 from . import actions
 from .bulk import FastCountPaginator
-from .forms import EDITABLE_FIELDS, JobEditForm
+from .forms import EDITABLE_FIELDS, MAX_JSON_DEPTH, TOO_DEEP, JobEditForm, deeper_than
 from .views import LeaseExpiredFilter, QueueFilter, TaskFilter, overview_view
 
 ERROR_EXCERPT = 80
@@ -55,6 +55,8 @@ STATUS_COLOURS: dict[str, str] = {
 def pretty_json(value: Any) -> str:
     if value is None:
         return "-"
+    if deeper_than(value, MAX_JSON_DEPTH):  # a result or payload stored that deep by code
+        return format_html('<pre class="pgjobs-json">{}</pre>', TOO_DEEP)
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     return format_html('<pre class="pgjobs-json">{}</pre>', text)
 

@@ -32,7 +32,7 @@ MAX_JSON_DEPTH = 100
 TOO_DEEP = f"The JSON is nested too deeply (more than {MAX_JSON_DEPTH} levels of lists or objects)."
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
+def deeper_than(value: Any, limit: int) -> bool:
     """Whether lists/objects in ``value`` nest more than ``limit`` levels (iterative: no recursion)."""
     stack = [(value, 1)]
     while stack:
@@ -57,20 +57,26 @@ class PrettyJSONField(forms.JSONField):
             converted = super().to_python(value)
         except RecursionError:
             raise ValidationError(TOO_DEEP, code="invalid") from None
-        if _deeper_than(converted, MAX_JSON_DEPTH):
+        if deeper_than(converted, MAX_JSON_DEPTH):
             raise ValidationError(TOO_DEEP, code="invalid")
         return converted
 
     def bound_data(self, data: Any, initial: Any) -> Any:
-        # Re-displaying the form after that error parses the input again.
+        # Re-displaying the form after that error parses the input again; show too-deep input as
+        # the text that was sent instead of re-serialising it (which recurses once per level).
         try:
-            return super().bound_data(data, initial)
+            value = super().bound_data(data, initial)
         except RecursionError:
             return forms.fields.InvalidJSONInput(data)
+        if not isinstance(value, forms.fields.InvalidJSONInput) and deeper_than(value, MAX_JSON_DEPTH):
+            return forms.fields.InvalidJSONInput(data)
+        return value
 
     def prepare_value(self, value: Any) -> Any:
         if isinstance(value, forms.fields.InvalidJSONInput):
             return value
+        if deeper_than(value, MAX_JSON_DEPTH):  # stored that deep by code, not through this form
+            return forms.fields.InvalidJSONInput(json.dumps(TOO_DEEP))
         return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=self.encoder)
 
 

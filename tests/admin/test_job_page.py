@@ -396,3 +396,16 @@ def test_retry_button_clicked_twice_says_the_second_changed_nothing(operator, cl
     assert "1 job was not dead and was left unchanged." in messages_of(second)
     assert LogEntry.objects.count() == 1
     assert client.post(f"{DEAD_URL}not-a-number/operate/retry_jobs/").status_code == 404
+
+
+@pytest.mark.parametrize("done", [False, True], ids=["editable", "read-only"])
+def test_a_payload_stored_too_deep_by_code_does_not_break_the_job_page(operator, client_for, done):
+    """Code can enqueue nesting the page cannot pretty-print (about 870+ levels inside the template
+    engine's stack): the page says so instead of failing, and a save leaves the payload alone."""
+    job = JobFactory(done=True) if done else JobFactory(delayed=True)
+    deep = '{"args": [' + "[" * 880 + "]" * 880 + '], "kwargs": {}}'
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE pgjobs_job SET payload = %s::jsonb WHERE id = %s", [deep, job.pk])
+    page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/")
+    assert page.status_code == 200
+    assert "nested too deeply" in page.content.decode()
