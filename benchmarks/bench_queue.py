@@ -220,10 +220,50 @@ class Bench:
             Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
         return self.n / (time.perf_counter() - start)
 
-    def check_enqueued(self, table: str) -> None:
+    def check_enqueued(self, table: str, n: int | None = None) -> None:
+        want = self.n if n is None else n
         count = self.raw.execute(f"SELECT count(*) FROM {table} WHERE status = 'ready'").fetchone()[0]
-        if count != self.n:
-            raise SystemExit(f"expected {self.n} ready rows in {table}, found {count}")
+        if count != want:
+            raise SystemExit(f"expected {want} ready rows in {table}, found {count}")
+
+    def concurrent_enqueue(self, mode: str, processes: int) -> float:
+        """Jobs/s of ``processes`` processes enqueueing one job per call at once (``mode``: see
+        ``enqueue_child``), from the moment they are released together to the last one's end."""
+        per_child = max(1, self.n // processes)
+        children = []
+        with connect(self.db_url) as gate:
+            gate.execute("SELECT pg_advisory_lock(%s)", (START_LOCK,))
+            for _ in range(processes):
+                children.append(
+                    subprocess.Popen(
+                        [sys.executable, __file__, "--enqueue-child", mode, str(per_child)],
+                        cwd=ROOT,
+                        env={
+                            **worker_env(self.db_url),
+                            **({"PGJOBS_BENCH_LISTEN": "0"} if mode == "ours-quiet" else {}),
+                        },
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            for child in children:  # each prints "ready" once connected, set up and waiting
+                if child.stdout is None or child.stdout.readline().strip() != "ready":
+                    raise SystemExit(f"enqueue child ({mode}) did not start")
+            waiting = 0
+            deadline = time.monotonic() + 60
+            while waiting < processes and time.monotonic() < deadline:
+                waiting = self.raw.execute(
+                    "SELECT count(*) FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND objid = %s AND NOT granted",
+                    (START_LOCK,),
+                ).fetchone()[0]
+            start = time.perf_counter()
+            gate.execute("SELECT pg_advisory_unlock(%s)", (START_LOCK,))
+            for child in children:
+                if child.wait(timeout=600) != 0:
+                    raise SystemExit(f"enqueue child ({mode}) failed")
+            elapsed = time.perf_counter() - start
+        return per_child * processes / elapsed
 
     def enqueue(self) -> None:
         for label, raw, ours, base_label in (
@@ -248,6 +288,28 @@ class Bench:
             mine = ours()
             self.check_enqueued("pgjobs_job")
             self.rows.append(Row(f"{label} (jobs/s)", mine, base, base_label, "/s"))
+        processes = 16
+        total = max(1, self.n // processes) * processes
+        results = {}
+        for mode in ("raw", "raw-notify", "ours", "ours-quiet"):
+            self.reset()
+            self.log(f"enqueue, {processes} processes at once: {mode}")
+            results[mode] = self.concurrent_enqueue(mode, processes)
+            self.check_enqueued("jobs" if mode.startswith("raw") else "pgjobs_job", total)
+        label = f"enqueue, {processes} processes at once (jobs/s)"
+        self.rows.append(Row(label, results["ours"], results["raw"], "INSERT, 1 per transaction", "/s"))
+        self.rows.append(
+            Row(label, results["ours"], results["ours-quiet"], "ours with LISTEN off (no NOTIFY)", "/s")
+        )
+        self.rows.append(
+            Row(
+                f"enqueue, {processes} at once, NOTIFY in the INSERT",
+                results["raw-notify"],
+                results["raw"],
+                "INSERT, 1 per transaction",
+                "/s",
+            )
+        )
 
     # -- drain ------------------------------------------------------------------------------------
     def raw_drain(self, batch: bool) -> float:
@@ -475,6 +537,55 @@ class Bench:
         return "\n".join(out)
 
 
+#: Advisory lock key the concurrent enqueue children line up on.
+START_LOCK = 815_4712
+
+
+def enqueue_child(mode: str, count: int) -> None:
+    """One of the concurrent enqueuers: set up, say "ready", wait at the start line, enqueue
+    ``count`` jobs one per call. ``raw``: the seed INSERT; ``raw-notify``: the same with
+    ``pg_notify`` in the statement (how 0.1 woke workers); ``ours``: ``noop.enqueue()``;
+    ``ours-quiet``: the same with LISTEN off, so no notification at all."""
+    db_url = os.environ["PGJOBS_BENCH_DATABASE_URL"]
+    payload = json.dumps(PAYLOAD)
+    conn = connect(db_url)
+    if mode.startswith("ours"):
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.db import connection
+
+        from benchmarks.jobs import noop
+
+        connection.ensure_connection()
+        noop.enqueue()  # connect and prepare before the start line
+        conn.execute("DELETE FROM pgjobs_job")
+
+        def one() -> None:
+            noop.enqueue()
+    elif mode == "raw-notify":
+        statement = """WITH ins AS (INSERT INTO jobs (queue, payload) VALUES ('default', %s) RETURNING id)
+                       SELECT id, pg_notify('bench_wake', 'default') FROM ins"""
+
+        def one() -> None:
+            conn.execute(statement, (payload,)).fetchone()
+    else:
+
+        def one() -> None:
+            conn.execute(SEED_ENQUEUE, ("default", payload, None)).fetchone()
+
+    print("ready", flush=True)
+    conn.execute("SELECT pg_advisory_lock_shared(%s)", (START_LOCK,))
+    conn.execute("SELECT pg_advisory_unlock_shared(%s)", (START_LOCK,))
+    for _ in range(count):
+        one()
+    if mode.startswith("ours"):
+        from django_pgjobs.notify import notifier
+
+        notifier().flush()
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     if q >= 1.0:
@@ -505,7 +616,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Run our side with OPTIONS server_side_binding=True (prepared statements).",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="Show the workers' output.")
+    parser.add_argument("--enqueue-child", nargs=2, metavar=("MODE", "COUNT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.enqueue_child:
+        enqueue_child(args.enqueue_child[0], int(args.enqueue_child[1]))
+        return 0
     n = 2000 if args.quick else args.jobs
     samples = 50 if args.quick else args.latency_samples
     parts = args.only or ["enqueue", "drain", "wakeup"]

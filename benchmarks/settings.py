@@ -30,6 +30,10 @@ DATABASES = {
 if os.environ.get("PGJOBS_BENCH_SERVER_SIDE_BINDING") == "1":
     DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
 
+# ``bench_queue.py`` measures enqueues with and without wake-up notifications.
+if os.environ.get("PGJOBS_BENCH_LISTEN") == "0":
+    PGJOBS = {"LISTEN": False}
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -13,6 +13,7 @@ Public API::
 from __future__ import annotations
 
 from .exceptions import (
+    DirectWriteRefused,
     DuplicateTaskName,
     IdempotencyConflict,
     InvalidJob,
@@ -21,13 +22,16 @@ from .exceptions import (
     UnknownTask,
 )
 from .registry import JobContext, JobHandler, job
+from .validation import NewJob
 
 __all__ = [
+    "DirectWriteRefused",
     "DuplicateTaskName",
     "IdempotencyConflict",
     "InvalidJob",
     "JobContext",
     "JobHandler",
+    "NewJob",
     "PayloadNotSerializable",
     "PgJobsError",
     "UnknownTask",

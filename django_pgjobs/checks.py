@@ -11,6 +11,21 @@ from django.db import connections
 
 from .conf import get_settings
 
+#: The oldest psycopg the worker works with: ``Connection.notifies(timeout=...)`` arrived in 3.2;
+#: with 3.1 the listener fell back to reconnecting every 0.2 s.
+MIN_PSYCOPG = (3, 2)
+
+
+def psycopg_problem() -> str | None:
+    try:
+        import psycopg
+    except ImportError:
+        return "django-pgjobs needs psycopg 3 (psycopg2 is not supported)"
+    version = tuple(int(p) for p in psycopg.__version__.split(".")[:2] if p.isdigit())
+    if version < MIN_PSYCOPG:
+        return f"django-pgjobs needs psycopg >= 3.2; this is psycopg {psycopg.__version__}"
+    return None
+
 
 @register()
 def check_pgjobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
@@ -58,6 +73,21 @@ def check_pgjobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
                 id="django_pgjobs.E006",
             )
         )
+
+    if s.DATABASE != "default" and s.DATABASE in settings.DATABASES:
+        messages.append(
+            Warning(
+                f"jobs live on the database {s.DATABASE!r}, not 'default': an enqueue joins a "
+                f"transaction only when it is opened on that alias",
+                hint=f"Enqueue inside transaction.atomic(using={s.DATABASE!r}) to make a job commit or roll "
+                "back with your data; transaction.atomic() alone opens one on 'default', and the job "
+                "commits on its own at once.",
+                id="django_pgjobs.W002",
+            )
+        )
+    problem = psycopg_problem()
+    if problem:
+        messages.append(Error(problem, hint="pip install 'psycopg[binary]>=3.2'", id="django_pgjobs.E007"))
 
     apps = list(settings.INSTALLED_APPS)
     ours = next((i for i, a in enumerate(apps) if a.startswith("django_pgjobs")), None)

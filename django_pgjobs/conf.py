@@ -49,6 +49,13 @@ class PgJobsSettings:
     RETENTION_DEAD_SECONDS: float | None = None
     #: Rows per statement for retention pruning and bulk admin actions.
     BATCH_SIZE: int = 1000
+    #: Largest payload (and handler result) accepted, in bytes of JSON. A job is a message, not
+    #: a blob store: a 50 MB payload is written on every state change and rendered by the admin.
+    MAX_PAYLOAD_BYTES: int = 1024 * 1024
+    #: Prepare the queue's statements on each connection (planning them cost about as much as
+    #: running them). Turn off behind PgBouncer < 1.21 in transaction pooling mode, where a
+    #: prepared statement does not survive the transaction.
+    PREPARED_STATEMENTS: bool = True
 
     def __post_init__(self) -> None:
         """Reject a value of the wrong kind here, where it is read, rather than as a traceback in

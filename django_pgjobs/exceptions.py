@@ -42,3 +42,19 @@ class UnknownTask(PgJobsError, LookupError):
 
 class DuplicateTaskName(PgJobsError):
     """Two different functions registered under one task name."""
+
+
+class DirectWriteRefused(PgJobsError, TypeError):
+    """An ORM write on jobs (``save()``, ``delete()``, ``QuerySet.update()``...).
+
+    Job rows change only through the store (``Job.objects``), whose every statement re-checks the
+    row's state and fence. An ORM write cannot: a row loaded before a claim and saved after it put
+    a running job back to ``ready`` with no owner, and a second worker ran it concurrently.
+    """
+
+    def __init__(self, operation: str, instead: str) -> None:
+        self.operation = operation
+        super().__init__(
+            f"{operation} is refused on jobs: rows change only through Job.objects, which fences "
+            f"every write on the job's state; {instead}"
+        )

@@ -1,23 +1,49 @@
 """The Job table: the seed's ``jobs`` schema plus what the worker, sweeper and admin need.
 
-Every state change goes through :class:`~django_pgjobs.managers.JobManager` (backed by
-:mod:`django_pgjobs.sql`); the model itself is a read-side view of a row.
+The model is a *read* view of a row. Every write goes through :mod:`django_pgjobs.store` (via
+``Job.objects``): ``save()``, ``delete()`` and the queryset's bulk writers refuse, because a row
+loaded before a claim and saved after it would put a running job back in line with no owner (a
+second worker then runs it concurrently). See ``docs/architecture.md`` for the states, the fence
+and the indexes; each index below names the query it serves.
 """
 
 from __future__ import annotations
 
+from typing import Any, NoReturn
+
 from django.db import models
 from django.db.models import Q
-from django.db.models.functions import Now
 
+from .exceptions import DirectWriteRefused
 from .managers import JobManager
 
 
 class Status(models.TextChoices):
+    #: Not due yet (delayed enqueue, or waiting out a retry backoff); promoted to ready when due.
+    SCHEDULED = "scheduled", "Scheduled"
+    #: Due: a worker may claim it.
     READY = "ready", "Ready"
     RUNNING = "running", "Running"
     DONE = "done", "Done"
+    #: Failed for good: attempts spent, backoff gave up, or its lease lapsed on the last attempt.
     DEAD = "dead", "Dead"
+    #: Stopped by an operator or by code before it ran to an outcome; never retried by itself.
+    CANCELLED = "cancelled", "Cancelled"
+
+
+#: States a job never leaves by itself.
+FINAL_STATUSES = (Status.DONE, Status.DEAD, Status.CANCELLED)
+#: States a job is waiting in (not yet claimed).
+WAITING_STATUSES = (Status.SCHEDULED, Status.READY)
+
+
+class StatementTimestamp(models.Func):
+    """``statement_timestamp()``: the time the current statement began. ``now()`` is the start of
+    the *transaction*, so a job enqueued 3 s into a long transaction would look 3 s older than it
+    is (and a ``delay=5`` would be due 2 s after commit)."""
+
+    template = "statement_timestamp()"
+    output_field = models.DateTimeField()
 
 
 class Job(models.Model):
@@ -29,15 +55,19 @@ class Job(models.Model):
         max_length=10, choices=Status.choices, default=Status.READY, db_default=Status.READY
     )
     priority = models.SmallIntegerField(
-        default=0, db_default=0, help_text="Lower runs first (like Unix nice)."
+        default=0, db_default=0, help_text="Higher runs first (as in django.tasks)."
     )
-    attempts = models.IntegerField(default=0, db_default=0)
+    attempts = models.IntegerField(
+        default=0, db_default=0, help_text="Claims so far; every claim is a new attempt number."
+    )
     max_attempts = models.IntegerField(default=5, db_default=5)
-    run_at = models.DateTimeField(db_default=Now())
+    run_at = models.DateTimeField(db_default=StatementTimestamp())
+    #: The fence: a number from ``pgjobs_job_claim_token_seq`` written by each claim, never reused.
+    claim_token = models.BigIntegerField(null=True, blank=True, editable=False)
     locked_at = models.DateTimeField(null=True, blank=True)
     locked_by = models.CharField(max_length=200, null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    idempotency_key = models.CharField(max_length=255, null=True, blank=True, unique=True)
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(null=True, blank=True)
     result = models.JSONField(null=True, blank=True)
     history = models.JSONField(
@@ -47,8 +77,8 @@ class Job(models.Model):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField(db_default=Now())
-    updated_at = models.DateTimeField(db_default=Now())
+    created_at = models.DateTimeField(db_default=StatementTimestamp())
+    updated_at = models.DateTimeField(db_default=StatementTimestamp())
 
     objects = JobManager()
 
@@ -58,8 +88,7 @@ class Job(models.Model):
         permissions = [("operate_job", "Can retry, cancel and run jobs now")]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["ready", "running", "done", "dead"]),
-                name="pgjobs_job_status_valid",
+                condition=Q(status__in=[s.value for s in Status]), name="pgjobs_job_status_valid"
             ),
             models.CheckConstraint(condition=Q(max_attempts__gte=1), name="pgjobs_job_max_attempts_positive"),
             models.CheckConstraint(condition=Q(attempts__gte=0), name="pgjobs_job_attempts_nonnegative"),
@@ -68,38 +97,69 @@ class Job(models.Model):
             ),
             models.CheckConstraint(
                 condition=~Q(status="running")
-                | (Q(locked_by__isnull=False) & Q(lease_expires_at__isnull=False)),
-                name="pgjobs_job_running_is_leased",
+                | (
+                    Q(locked_by__isnull=False)
+                    & Q(lease_expires_at__isnull=False)
+                    & Q(claim_token__isnull=False)
+                ),
+                name="pgjobs_job_running_is_claimed",
+            ),
+            # Invariant 5. Partial: most jobs have no key, and a NULL entry would still be written
+            # on every state change of every key-less job (a plain UNIQUE stores NULLs).
+            # Serves: enqueue's ON CONFLICT, the duplicate's read-back, the admin's key search.
+            models.UniqueConstraint(
+                fields=["idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="pgjobs_job_idempotency_key_uniq",
             ),
         ]
+        # A non-HOT update adds an entry to every index whose predicate the new row version
+        # matches, so each index is partial on the few states its queries ask about, and none
+        # holds lease_expires_at: a heartbeat stays a HOT update (no index write at all).
         indexes = [
-            # The claim index: only claimable rows, in the claim query's exact ORDER BY.
+            # Serves: claims from named queues (store.CLAIM_QUEUE, CLAIM_QUEUES); the admin's
+            # ready-job queue filter; the loose scan listing queues that have ready jobs.
             models.Index(
-                fields=["queue", "priority", "run_at", "id"],
+                fields=["queue", "-priority", "run_at", "id"],
                 name="pgjobs_job_claim_idx",
                 condition=Q(status="ready"),
             ),
-            # The same for a worker of every queue (the default): one ordered scan across queues.
+            # Serves: claims from every queue (store.CLAIM_ANY), one ordered scan across queues.
             models.Index(
-                fields=["priority", "run_at", "id"],
+                fields=["-priority", "run_at", "id"],
                 name="pgjobs_job_claim_any_idx",
                 condition=Q(status="ready"),
             ),
-            # The lease sweep only ever looks at running rows, by lease expiry.
+            # Serves: promotion of due scheduled jobs (store.PROMOTE) and "when is the next one
+            # due" (store.NEXT_DUE). Keeps the 300,000 jobs due tomorrow out of the claim path.
+            models.Index(fields=["run_at"], name="pgjobs_job_scheduled_idx", condition=Q(status="scheduled")),
+            # Serves: the lease sweep (store.SWEEP scans the running jobs, bounded by the fleet's
+            # concurrency), releasing a worker's unknown claims (store.RELEASE_UNKNOWN), the
+            # admin's running/lease-expired filters. Keyed by worker, not by lease: a heartbeat
+            # changes only lease_expires_at and must not touch any index.
+            models.Index(fields=["locked_by"], name="pgjobs_job_running_idx", condition=Q(status="running")),
+            # Serves: retention (store.PRUNE), the dead-letter list (newest failure first), the
+            # overview's last-hour outcomes and throughput chart.
             models.Index(
-                fields=["lease_expires_at"],
-                name="pgjobs_job_lease_idx",
-                condition=Q(status="running"),
+                fields=["status", "finished_at"],
+                name="pgjobs_job_finished_idx",
+                condition=Q(status__in=["done", "dead", "cancelled"]),
             ),
-            # Admin filters and retention pruning: status (+ finished_at) without scanning the table.
-            models.Index(fields=["status", "finished_at"], name="pgjobs_job_status_finished_idx"),
-            models.Index(fields=["task", "status"], name="pgjobs_job_task_status_idx"),
-            # The admin's queue filter lists distinct queues; without this it scans the table.
-            models.Index(fields=["queue", "status"], name="pgjobs_job_queue_status_idx"),
         ]
 
     def __str__(self) -> str:
         return f"#{self.pk} {self.task} [{self.status}]"
+
+    # -- one writer: the store --------------------------------------------------------------------
+    def save(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise DirectWriteRefused(
+            "Job.save()",
+            "enqueue with a @job handler's .enqueue() or Job.objects.enqueue(); change a waiting or "
+            "dead job with Job.objects.edit(), retry(), cancel() or run_now()",
+        )
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise DirectWriteRefused("Job.delete()", "use Job.objects.discard([job.id])")
 
     @property
     def args(self) -> list:

@@ -19,6 +19,7 @@ from .retry import BackoffPolicy, ExponentialBackoff, default_backoff
 
 if TYPE_CHECKING:
     from .models import Job
+    from .store import Claim
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -48,15 +49,15 @@ class JobContext:
         return self.attempt >= self.max_attempts
 
     @classmethod
-    def for_job(cls, job: Job, worker_id: str) -> JobContext:
+    def for_claim(cls, claim: Claim, worker_id: str) -> JobContext:
         """The context of the attempt a claim just handed to ``worker_id``."""
         return cls(
-            job_id=job.id,
-            attempt=job.attempts,
-            max_attempts=job.max_attempts,
-            queue=job.queue,
-            task=job.task,
-            idempotency_key=job.idempotency_key,
+            job_id=claim.id,
+            attempt=claim.attempt,
+            max_attempts=claim.max_attempts,
+            queue=claim.queue,
+            task=claim.task,
+            idempotency_key=claim.idempotency_key,
             worker_id=worker_id,
         )
 
@@ -172,9 +173,10 @@ class JobHandler(Generic[P, R]):
         """Queue a run with these arguments; returns the job, with ``job.created`` False for a
         duplicate idempotency key. Joins the caller's transaction, if any."""
         from .models import Job
+        from .validation import NewJob
 
         o = self._options
-        job, created = Job.objects.enqueue(
+        new = NewJob(
             self.name,
             self.payload_for(args, kwargs),
             # ``is not None``, not ``or``: an explicit bad value (queue="", max_attempts=0) must reach
@@ -186,6 +188,8 @@ class JobHandler(Generic[P, R]):
             max_attempts=o.max_attempts if o.max_attempts is not None else self.max_attempts,
             idempotency_key=o.idempotency_key,
         )
+        # payload_for already checked every argument against JSON.
+        job, created = Job.objects.store.enqueue(new, checked=True)
         job.created = created  # type: ignore[attr-defined]
         return job
 

@@ -119,10 +119,10 @@ def run_sweep(
     if dry_run:
         report.would_ready, report.would_dead = manager.sweep_preview()
         now = timezone.now()
-        for status, age in (("done", report.retention_done), ("dead", report.retention_dead)):
+        for status, age in _retention_steps(report):
             if age is not None:
                 count = manager.filter(status=status, finished_at__lt=now - dt.timedelta(seconds=age)).count()
-                setattr(report, f"pruned_{status}", count)
+                setattr(report, _pruned_field(status), getattr(report, _pruned_field(status)) + count)
         return report
 
     for _ in range(max_batches):
@@ -138,7 +138,7 @@ def run_sweep(
     else:
         report.more = True
 
-    for status, age in (("done", report.retention_done), ("dead", report.retention_dead)):
+    for status, age in _retention_steps(report):
         if age is None:
             continue
         total = 0
@@ -150,8 +150,22 @@ def run_sweep(
                 break
         else:
             report.more = True
-        setattr(report, f"pruned_{status}", total)
+        setattr(report, _pruned_field(status), getattr(report, _pruned_field(status)) + total)
     return report
+
+
+def _retention_steps(report: SweepReport) -> tuple[tuple[str, float | None], ...]:
+    """Done jobs by the done retention; dead and cancelled ones (work that did not succeed, kept
+    for staff) by the dead retention."""
+    return (
+        ("done", report.retention_done),
+        ("dead", report.retention_dead),
+        ("cancelled", report.retention_dead),
+    )
+
+
+def _pruned_field(status: str) -> str:
+    return "pruned_done" if status == "done" else "pruned_dead"
 
 
 def log_report(report: SweepReport) -> None:

@@ -41,11 +41,12 @@ from django.db import DatabaseError, InterfaceError, close_old_connections, conn
 
 from .conf import get_settings
 from .exceptions import PayloadNotSerializable, UnknownTask
-from .managers import MAX_DELAY_SECONDS
 from .models import Job
 from .payloads import check_value
 from .registry import JobContext, JobHandler, get_handler
 from .retry import default_backoff
+from .store import Claim, Failure
+from .validation import MAX_DELAY_SECONDS
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -85,7 +86,7 @@ class WorkerOptions:
 class Running:
     """A job this process claimed and has not yet acknowledged."""
 
-    job: Job
+    job: Claim
     handler: JobHandler[Any, Any] | None
     lease: float
     started_at: float | None = None
@@ -95,8 +96,8 @@ class Running:
     lost: bool = False  # fencing refused a heartbeat: the lease is gone for good
 
     @property
-    def key(self) -> tuple[int, int]:
-        return (self.job.id, self.job.attempts)
+    def key(self) -> int:
+        return self.job.token
 
 
 @dataclass
@@ -127,9 +128,9 @@ class Worker:
         self.alias = s.DATABASE
 
         self._lock = threading.Lock()
-        # (job id, attempt) -> claimed, not yet acknowledged. The attempt is in the key because an
-        # abandoned overrunning run and the rerun of the same job can both live in this process.
-        self._active: dict[tuple[int, int], Running] = {}
+        # claim token -> claimed, not yet acknowledged. The token, not the job id: an abandoned
+        # overrunning run and the rerun of the same job can both live in this process.
+        self._active: dict[int, Running] = {}
         self._stuck = 0  # job threads abandoned to a handler past its timeout, not yet returned
         self._replacements = 0
         self._exit_code = 0
@@ -142,6 +143,7 @@ class Worker:
         self._forced = threading.Event()  # give everything back now (second signal)
         self._threads: list[threading.Thread] = []
         self.claimed_total = 0
+        self._writes = 0  # outcomes written (or given up on); read by the main loop
         self.counts = {"done": 0, "retry": 0, "dead": 0, "rejected": 0, "released": 0}
 
     # -- public -----------------------------------------------------------------------------------
@@ -181,11 +183,15 @@ class Worker:
     # -- main loop --------------------------------------------------------------------------------
     def _main_loop(self) -> None:
         next_sweep = time.monotonic() + random.uniform(0, self.sweep_interval)
+        next_promote = 0.0
         failures = 0
         while not self._stopping.is_set():
             self._wake.clear()
+            if time.monotonic() >= next_promote:
+                next_promote = self._promote()
             free = self._free_slots()
-            claimed: list[Job] = []
+            claimed: list[Claim] = []
+            writes_before = self._writes  # outcomes written so far (see the burst exit below)
             if free > 0:
                 try:
                     claimed = Job.objects.claim(self.queues, self.worker_id, free, self.lease)
@@ -202,13 +208,33 @@ class Worker:
                 idle = not self._active
             if self._done_by_limit() and idle:
                 return
-            if self.options.burst and not claimed and idle:
+            # Burst ends only when a claim that found nothing started after the last outcome was
+            # written: a failure written while that claim ran may have made its job ready again.
+            if self.options.burst and not claimed and idle and self._writes == writes_before:
                 logger.info("burst: nothing ready, exiting")
                 return
             if time.monotonic() >= next_sweep:
                 self._sweep()
                 next_sweep = time.monotonic() + self.sweep_interval * random.uniform(0.8, 1.2)
-            self._wake.wait(self.poll_interval)
+            self._wake.wait(max(0.0, min(self.poll_interval, next_promote - time.monotonic())))
+
+    def _promote(self) -> float:
+        """Scheduled jobs that fell due become ready; returns when to promote next (monotonic): at
+        the next known due time, at most a poll interval from now."""
+        try:
+            result = Job.objects.promote()
+        except DB_ERRORS as exc:
+            self._database_trouble("promote", exc, 1)
+            return time.monotonic() + self.poll_interval
+        now = time.monotonic()
+        if result.promoted >= 1000:
+            return now  # a full batch: more are due
+        wait = self.poll_interval
+        if result.next_due is not None:
+            from django.utils import timezone
+
+            wait = min(wait, max(0.0, (result.next_due - timezone.now()).total_seconds()))
+        return now + wait
 
     def _free_slots(self) -> int:
         with self._lock:
@@ -222,7 +248,7 @@ class Worker:
     def _done_by_limit(self) -> bool:
         return self.options.max_jobs is not None and self.claimed_total >= self.options.max_jobs
 
-    def _dispatch(self, jobs: Sequence[Job]) -> None:
+    def _dispatch(self, jobs: Sequence[Claim]) -> None:
         custom_lease = False
         with self._lock:
             for job in jobs:
@@ -285,7 +311,7 @@ class Worker:
         try:
             if running.handler is None:
                 raise UnknownTask(job.task)
-            context = JobContext.for_job(job, self.worker_id)
+            context = JobContext.for_claim(job, self.worker_id)
             result = running.handler.run(context, job.args, job.kwargs)
             check_value(job.task, "return value", result)
             return Outcome(running, ok=True, duration=time.monotonic() - start, result=result)
@@ -306,7 +332,7 @@ class Worker:
         """The handler's backoff, checked here: a policy that raises or answers something the row
         cannot store (negative, NaN, a timedelta, centuries) gets the default policy instead, so
         the failure is still recorded and retried rather than lost in the acknowledger."""
-        attempt = running.job.attempts
+        attempt = running.job.attempt
         task = running.job.task
         try:
             if running.handler is None or isinstance(exc, PayloadNotSerializable | UnknownTask):
@@ -351,27 +377,33 @@ class Worker:
         if successes:
             accepted = self._with_retries(
                 "acknowledge",
-                lambda: Job.objects.complete_many(
-                    self.worker_id, [(*o.running.key, o.result) for o in successes]
+                lambda: Job.objects.complete(
+                    [(o.running.job.id, o.running.key, o.result) for o in successes]
                 ),
                 set(),
             )
         for o in successes:
-            self._finished(o, "done" if o.running.job.id in accepted else "rejected")
+            self._finished(o, "done" if o.running.key in accepted else "rejected")
         for o in failures:
-            outcome = self._with_retries(
+            recorded = self._with_retries(
                 "record failure",
                 lambda o=o: Job.objects.fail(
-                    o.running.job.id,
-                    self.worker_id,
-                    o.running.job.attempts,
-                    error_class=o.error_class,
-                    message=o.message,
-                    traceback=o.traceback,
-                    retry_in=o.retry_in,
+                    [
+                        Failure(
+                            o.running.job.id,
+                            o.running.key,
+                            error_class=o.error_class,
+                            message=o.message,
+                            traceback=o.traceback,
+                            retry_in=o.retry_in,
+                        )
+                    ]
                 ),
-                None,
+                {},
             )
+            outcome = recorded.get(o.running.key)
+            if outcome is not None and outcome.status == "scheduled":
+                self._wake.set()  # promote it when due
             label = "rejected" if outcome is None else ("dead" if outcome.status == "dead" else "retry")
             self._finished(o, label)
 
@@ -393,6 +425,7 @@ class Worker:
         with self._lock:
             self._forget(o.running)
             self.counts[label] += 1
+            self._writes += 1
         self._wake.set()
         if label == "rejected":
             logger.warning(
@@ -401,7 +434,7 @@ class Worker:
                 job.id,
                 job.task,
                 job.queue,
-                job.attempts,
+                job.attempt,
                 "completion" if o.ok else "failure",
                 o.duration * 1000,
             )
@@ -419,7 +452,7 @@ class Worker:
             job.id,
             job.task,
             job.queue,
-            job.attempts,
+            job.attempt,
             job.max_attempts,
             label,
             o.duration * 1000,
@@ -440,7 +473,7 @@ class Worker:
 
     def _beat(self) -> None:
         now = time.monotonic()
-        leases: list[tuple[int, int, float]] = []
+        leases: list[tuple[int, int, float]] = []  # (job id, token, lease)
         overran: list[tuple[Running, float]] = []
         with self._lock:
             for r in self._active.values():
@@ -450,19 +483,19 @@ class Worker:
                 if timeout and not r.finished and r.started_at is not None and now - r.started_at > timeout:
                     overran.append((r, timeout))  # lost or not, its thread is stuck: free the slot
                 elif not r.lost:
-                    leases.append((r.job.id, r.job.attempts, r.lease))
+                    leases.append((r.job.id, r.key, r.lease))
         for r, timeout in overran:
             self._abandon(r, timeout)
         if not leases:
             return
         try:
-            kept = Job.objects.heartbeat(self.worker_id, leases)
+            beat = Job.objects.heartbeat(leases)
         except DB_ERRORS as exc:
             logger.warning("heartbeat failed (%s); will retry", str(exc).strip()[:200])
             close_old_connections()
             connections[self.alias].close()
             return
-        refused = [(job_id, attempt) for job_id, attempt, _ in leases if job_id not in kept]
+        refused = [token for _, token, _ in leases if token in beat.lost]
         with self._lock:
             # A job acknowledged between the snapshot and the beat is not lost, just finished.
             # Nor is one whose handler returned: its outcome is being written, which is what
@@ -472,8 +505,13 @@ class Worker:
                 self._active[key].lost = True
         if lost:
             logger.warning(
-                "lost the lease of job(s) %s: they were taken back by the sweeper", [j for j, _ in lost]
+                "lost the lease of job(s) %s: they were taken back by the sweeper",
+                [self._active_id(t) for t in lost],
             )
+
+    def _active_id(self, token: int) -> int | str:
+        r = self._active.get(token)
+        return r.job.id if r else f"token {token}"
 
     def _forget(self, r: Running) -> None:
         """Drop ``r`` from the in-flight table (caller holds the lock), unless that key now holds
@@ -609,10 +647,8 @@ class Worker:
                 r.released = True
         if not chosen:
             return
-        keys = [r.key for r in chosen]
-        released = self._with_retries(
-            "release jobs", lambda: Job.objects.release(self.worker_id, keys, reason), set()
-        )
+        keys = [(r.job.id, r.key) for r in chosen]
+        released = self._with_retries("release jobs", lambda: Job.objects.release(keys, reason), set())
         with self._lock:
             for r in chosen:
                 self._forget(r)

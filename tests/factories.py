@@ -1,18 +1,70 @@
-"""factory-boy factories for jobs in every state (rows as the manager would leave them)."""
+"""factory-boy factories for jobs in every state (rows as the store would leave them).
+
+Jobs refuse ORM writes (only the store writes them), so the factory inserts its rows with plain SQL:
+test fixtures are the one place rows are put straight into a state.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import itertools
+from typing import Any
 
 import factory
+from django.db import connections
+from django.db.models.expressions import DatabaseDefault
 from django.utils import timezone
 
 from django_pgjobs.models import Job, Status
+
+_tokens = itertools.count(10**12)  # far from the claim-token sequence's own values
+
+
+def insert_job(**fields: Any) -> Job:
+    """Insert one job row with exactly these field values (others take their database default)."""
+    job = Job(**fields)
+    if job.status == Status.RUNNING and job.claim_token is None:
+        job.claim_token = next(_tokens)
+    alias = Job.objects.db_alias
+    connection = connections[alias]
+    columns, values = [], []
+    for f in Job._meta.concrete_fields:
+        value = getattr(job, f.attname)
+        if (f.primary_key and value is None) or isinstance(value, DatabaseDefault):
+            continue
+        columns.append(connection.ops.quote_name(f.column))
+        values.append(f.get_db_prep_save(value, connection))
+    placeholders = ", ".join(["%s"] * len(values))
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO pgjobs_job ({', '.join(columns)}) VALUES ({placeholders}) RETURNING id", values
+        )
+        job.pk = cursor.fetchone()[0]
+    return Job.objects.get(pk=job.pk)  # as stored (database defaults filled in)
+
+
+def force_update(ids: list[int] | int, **fields: Any) -> None:
+    """Put existing rows straight into a state (a test's "meanwhile, a worker claimed it")."""
+    ids = [ids] if isinstance(ids, int) else list(ids)
+    if fields.get("status") == Status.RUNNING and "claim_token" not in fields:
+        fields["claim_token"] = next(_tokens)
+    connection = connections[Job.objects.db_alias]
+    assignments, values = [], []
+    for name, value in fields.items():
+        f = Job._meta.get_field(name)
+        assignments.append(f"{connection.ops.quote_name(f.column)} = %s")
+        values.append(f.get_db_prep_save(value, connection))
+    with connection.cursor() as cursor:
+        cursor.execute(f"UPDATE pgjobs_job SET {', '.join(assignments)} WHERE id = ANY(%s)", [*values, ids])
 
 
 class JobFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Job
+
+    @classmethod
+    def _create(cls, model_class: type[Job], *args: Any, **kwargs: Any) -> Job:
+        return insert_job(**kwargs)
 
     task = "tests.testapp.jobs.record"
     queue = "default"
@@ -66,7 +118,15 @@ class JobFactory(factory.django.DjangoModelFactory):
                 ]
             ),
         )
-        delayed = factory.Trait(run_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(hours=1)))
+        delayed = factory.Trait(
+            status=Status.SCHEDULED,
+            run_at=factory.LazyFunction(lambda: timezone.now() + dt.timedelta(hours=1)),
+        )
+        cancelled = factory.Trait(
+            status=Status.CANCELLED,
+            last_error="cancelled by staff",
+            finished_at=factory.LazyFunction(timezone.now),
+        )
 
 
 class DeadJobFactory(JobFactory):

@@ -33,6 +33,14 @@ def db_now():
         return cursor.fetchone()[0]
 
 
+def clock_now():
+    """The database's ``clock_timestamp()``: the real time, later than every statement so far
+    (enqueue times come from ``statement_timestamp()``, between ``db_now()`` and this)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT clock_timestamp()")
+        return cursor.fetchone()[0]
+
+
 def job_count() -> int:
     with connection.cursor() as cursor:
         cursor.execute("SELECT count(*) FROM pgjobs_job")

@@ -54,6 +54,9 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGJOBS_TEST_DB_NAME", "t
 # Worker processes started by the tests connect straight to the test database the suite created.
 if os.environ.get("PGJOBS_WORKER_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
+# A second alias for the same database, so tests can put jobs on PGJOBS["DATABASE"] = "jobs" and
+# check that nothing then looks for them on "default".
+DATABASES["jobs"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}
 
 LOGGING = {
     "version": 1,

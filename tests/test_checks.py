@@ -125,3 +125,23 @@ def test_settings_of_the_wrong_kind_are_a_check_error_not_a_worker_crash(pgjobs,
         assert len(errors) == 1 and message in errors[0].msg
         with pytest.raises(ImproperlyConfigured, match="invalid PGJOBS setting"):
             get_settings()
+
+
+def test_jobs_on_another_alias_warn_that_atomic_needs_using():
+    from django_pgjobs.checks import check_pgjobs
+
+    with override_settings(PGJOBS={"DATABASE": "jobs"}):
+        (warning,) = [m for m in check_pgjobs() if m.id == "django_pgjobs.W002"]
+    assert "transaction.atomic(using='jobs')" in warning.hint
+    assert not [m for m in check_pgjobs() if m.id == "django_pgjobs.W002"]
+
+
+def test_an_old_psycopg_is_refused_by_the_system_check(monkeypatch):
+    import psycopg
+
+    from django_pgjobs.checks import check_pgjobs, psycopg_problem
+
+    assert psycopg_problem() is None  # the installed one is new enough
+    monkeypatch.setattr(psycopg, "__version__", "3.1.19")
+    (error,) = [m for m in check_pgjobs() if m.id == "django_pgjobs.E007"]
+    assert "psycopg >= 3.2" in error.msg and "3.1.19" in error.msg

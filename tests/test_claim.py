@@ -8,7 +8,7 @@ import threading
 import pytest
 from django.test import override_settings
 
-from django_pgjobs import sql
+from django_pgjobs import store as sql
 from django_pgjobs.models import Job
 from tests.factories import JobFactory
 from tests.helpers import db_now, past
@@ -16,30 +16,44 @@ from tests.helpers import db_now, past
 pytestmark = pytest.mark.django_db
 
 
-def test_claim_marks_the_job_running_with_a_lease():
-    job = JobFactory(run_at=past(), finished_at=past())
+def test_claim_marks_the_job_running_with_a_lease_and_a_fresh_token():
+    job = JobFactory(run_at=past(), finished_at=past(), payload={"args": [1], "kwargs": {"k": "v"}})
     (claimed,) = Job.objects.claim(["default"], "w1", lease=45)
 
     now = db_now()
     stored = Job.objects.get(pk=job.pk)
-    assert claimed.pk == job.pk
+    assert claimed.id == job.pk
     assert (stored.status, stored.attempts, stored.locked_by) == ("running", 1, "w1")
     assert stored.locked_at == now and stored.started_at == now
     assert stored.lease_expires_at == now + dt.timedelta(seconds=45)
     assert stored.finished_at is None
-    # The returned job is the updated row.
-    assert (claimed.status, claimed.attempts, claimed.lease_expires_at) == (
-        "running",
+    assert stored.claim_token == claimed.token is not None
+    # What the claim hands back is what a worker needs to run and fence the job.
+    assert (claimed.attempt, claimed.max_attempts, claimed.task, claimed.args, claimed.kwargs) == (
         1,
-        stored.lease_expires_at,
+        5,
+        job.task,
+        [1],
+        {"k": "v"},
     )
+
+
+def test_every_claim_of_a_job_gets_a_token_never_seen_before():
+    job = JobFactory(run_at=past())
+    tokens = []
+    for _ in range(3):
+        (claimed,) = Job.objects.claim(None, "w1")
+        tokens.append(claimed.token)
+        Job.objects.release([(claimed.id, claimed.token)])
+    assert len(set(tokens)) == 3
+    assert Job.objects.get(pk=job.pk).attempts == 3  # attempt numbers do not repeat either
 
 
 @override_settings(PGJOBS={"LEASE_SECONDS": 12.5})
 def test_claim_uses_the_configured_lease_by_default():
     JobFactory(run_at=past())
     (claimed,) = Job.objects.claim(None, "w1")
-    assert claimed.lease_expires_at == db_now() + dt.timedelta(seconds=12.5)
+    assert Job.objects.get(pk=claimed.id).lease_expires_at == db_now() + dt.timedelta(seconds=12.5)
 
 
 def test_claim_skips_jobs_that_are_not_due_or_not_ready():
@@ -55,46 +69,55 @@ def test_claim_skips_jobs_that_are_not_due_or_not_ready():
 def test_claim_counts_attempts_across_claims():
     job = JobFactory(run_at=past(), attempts=2)
     (claimed,) = Job.objects.claim(None, "w1")
-    assert claimed.pk == job.pk and claimed.attempts == 3
+    assert claimed.id == job.pk and claimed.attempt == 3
 
 
 def test_claim_filters_by_queue():
     mail = JobFactory(queue="mail", run_at=past())
     JobFactory(queue="sms", run_at=past())
-    assert [j.pk for j in Job.objects.claim(["mail"], "w1", limit=5)] == [mail.pk]
+    assert [j.id for j in Job.objects.claim(["mail"], "w1", limit=5)] == [mail.pk]
     assert Job.objects.claim(["mail"], "w1", limit=5) == []
     assert Job.objects.claim(["nothing-here"], "w1", limit=5) == []
     assert len(Job.objects.claim(None, "w1", limit=5)) == 1  # the sms job
 
 
-def test_claim_order_is_priority_then_run_at_then_id():
+def test_claim_order_is_higher_priority_then_run_at_then_id():
     a = JobFactory(priority=0, run_at=past(100))
-    b = JobFactory(priority=-1, run_at=past(10))
+    b = JobFactory(priority=1, run_at=past(10))
     c = JobFactory(priority=0, run_at=past(200))
     d = JobFactory(priority=0, run_at=c.run_at)  # same run_at as c: id breaks the tie
-    e = JobFactory(priority=5, run_at=past(1000))
-    claimed = Job.objects.claim(None, "w1", limit=10)
-    assert [j.pk for j in claimed] == [b.pk, c.pk, d.pk, a.pk, e.pk]
+    e = JobFactory(priority=-5, run_at=past(1000))
+    for queues in (None, ["default"], ["default", "other"]):
+        claimed = Job.objects.claim(queues, "w1", limit=10)
+        assert [j.id for j in claimed] == [b.pk, c.pk, d.pk, a.pk, e.pk], queues
+        Job.objects.release([(j.id, j.token) for j in claimed])
 
 
 def test_claim_takes_at_most_limit_rows():
     jobs = [JobFactory(run_at=past(100 - i)) for i in range(5)]
     claimed = Job.objects.claim(["default"], "w1", limit=2)
-    assert [j.pk for j in claimed] == [jobs[0].pk, jobs[1].pk]
+    assert [j.id for j in claimed] == [jobs[0].pk, jobs[1].pk]
     assert Job.objects.filter(status="running").count() == 2
     assert Job.objects.filter(status="ready").count() == 3
 
 
-def test_claim_over_several_queues_takes_at_most_limit_in_all_and_sorts():
-    a1 = JobFactory(queue="a", priority=2, run_at=past())
-    JobFactory(queue="a", priority=2, run_at=past())
-    b1 = JobFactory(queue="b", priority=1, run_at=past())
-    JobFactory(queue="b", priority=1, run_at=past())
-    claimed = Job.objects.claim(["a", "b"], "w1", limit=3)
-    assert len(claimed) == 3
-    assert Job.objects.filter(status="running").count() == 3
-    assert [j.priority for j in claimed] == sorted(j.priority for j in claimed)
-    assert {a1.pk, b1.pk} <= {j.pk for j in claimed}
+def test_claim_over_several_queues_takes_at_most_limit_in_all_by_priority_across_queues():
+    a = [JobFactory(queue="a", priority=0, run_at=past(100 + i)) for i in range(3)]
+    b = [JobFactory(queue="b", priority=5, run_at=past(i)) for i in range(3)]
+    # Queue "a" is listed first and its jobs are older, but "b"'s run first: higher priority.
+    claimed = Job.objects.claim(["a", "b"], "w1", limit=4)
+    assert [j.id for j in claimed] == [b[2].pk, b[1].pk, b[0].pk, a[2].pk]
+    assert Job.objects.filter(status="running").count() == 4
+
+
+def test_claim_quotas_cap_each_queue():
+    for i in range(4):
+        JobFactory(queue="mail", priority=9, run_at=past(i))
+        JobFactory(queue="hooks", run_at=past(i))
+    claimed = Job.objects.claim(["mail", "hooks"], "w1", limit=6, quotas={"mail": 1, "hooks": 8})
+    assert sorted(j.queue for j in claimed) == ["hooks"] * 4 + ["mail"]
+    assert Job.objects.claim(["mail"], "w1", limit=6, quotas={"mail": 0}) == []
+    assert len(Job.objects.claim(["mail"], "w1", limit=6, quotas={"mail": 2})) == 2
 
 
 @pytest.mark.parametrize("limit", [0, -1])
@@ -137,7 +160,7 @@ def test_ten_connections_race_for_one_job_and_exactly_one_wins(pg_connect, state
             pg_connect,
             10,
             getattr(sql, statement),
-            lambda i: {"queue": "race", "worker_id": f"w{i}", "limit": 1, "lease": 30.0},
+            lambda i: {"queue": "race", "worker": f"w{i}", "limit": 1, "lease": 30.0},
         )
         winners = [i for i, rows in enumerate(results) if rows]
         assert len(winners) == 1, f"round {round_}: {winners}"
@@ -154,7 +177,7 @@ def test_concurrent_batch_claims_never_share_a_job(pg_connect):
         pg_connect,
         10,
         sql.CLAIM_QUEUE,
-        lambda i: {"queue": "batch", "worker_id": f"w{i}", "limit": 3, "lease": 30.0},
+        lambda i: {"queue": "batch", "worker": f"w{i}", "limit": 3, "lease": 30.0},
     )
     claimed = [(row[0], i) for i, rows in enumerate(results) for row in rows]
     claimed_ids = [job_id for job_id, _ in claimed]

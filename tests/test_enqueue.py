@@ -13,7 +13,7 @@ from django.utils import timezone
 from django_pgjobs.exceptions import IdempotencyConflict, InvalidJob
 from django_pgjobs.managers import Enqueued, NewJob
 from django_pgjobs.models import Job
-from tests.helpers import db_now, job_count, row_text
+from tests.helpers import clock_now, db_now, job_count, row_text
 from tests.testapp.jobs import signature
 
 pytestmark = pytest.mark.django_db
@@ -25,6 +25,7 @@ PAYLOAD = {"args": [1], "kwargs": {"x": "y"}}
 # -- single enqueue ------------------------------------------------------------------------------
 def test_enqueue_inserts_a_ready_job_with_defaults():
     job, created = Job.objects.enqueue("tests.noop")
+    after = clock_now()
 
     assert created is True
     stored = Job.objects.get(pk=job.pk)
@@ -32,7 +33,9 @@ def test_enqueue_inserts_a_ready_job_with_defaults():
     assert (stored.priority, stored.attempts, stored.max_attempts) == (0, 0, 5)
     assert stored.payload == {}
     assert stored.history == []
-    assert stored.run_at == db_now()
+    # The statement's time, not the (test) transaction's start.
+    assert db_now() <= stored.run_at <= after
+    assert stored.created_at == stored.run_at
     assert stored.idempotency_key is None
     assert stored.locked_by is None and stored.lease_expires_at is None
     # The returned object is the stored row.
@@ -48,13 +51,33 @@ def test_enqueue_options_are_stored():
     assert (stored.queue, stored.priority, stored.max_attempts) == ("mail", -5, 9)
     assert stored.run_at == run_at
     assert stored.payload == PAYLOAD
+    assert stored.status == "scheduled"  # due tomorrow: out of the claim index until promoted
+
+
+def test_enqueue_with_a_run_at_in_the_past_is_ready_with_that_place_in_line():
+    run_at = timezone.now() - dt.timedelta(hours=1)
+    job, _ = Job.objects.enqueue("tests.noop", run_at=run_at)
+    assert (job.status, Job.objects.get(pk=job.pk).run_at) == ("ready", run_at)
 
 
 @pytest.mark.parametrize("delay", [30, 2.5, dt.timedelta(minutes=2)])
-def test_enqueue_delay_sets_run_at_relative_to_database_now(delay):
+def test_enqueue_delay_sets_run_at_relative_to_the_statement(delay):
     job, _ = Job.objects.enqueue("tests.noop", delay=delay)
-    seconds = delay.total_seconds() if isinstance(delay, dt.timedelta) else delay
-    assert Job.objects.get(pk=job.pk).run_at == db_now() + dt.timedelta(seconds=seconds)
+    after = clock_now()
+    seconds = dt.timedelta(seconds=delay.total_seconds() if isinstance(delay, dt.timedelta) else delay)
+    stored = Job.objects.get(pk=job.pk)
+    assert db_now() + seconds <= stored.run_at <= after + seconds
+    assert (job.status, stored.status) == ("scheduled", "scheduled")
+
+
+def test_a_delay_counts_from_the_enqueue_not_from_the_start_of_a_long_transaction():
+    # The caller's transaction (here: the test's) has been open for a while before it enqueues.
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_sleep(0.3)")
+    job, _ = Job.objects.enqueue("tests.noop", delay=2)
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.run_at >= db_now() + dt.timedelta(seconds=2.3)
+    assert stored.created_at >= db_now() + dt.timedelta(seconds=0.3)
 
 
 @override_settings(PGJOBS={"DEFAULT_QUEUE": "q-default", "DEFAULT_PRIORITY": 4, "DEFAULT_MAX_ATTEMPTS": 2})
@@ -422,3 +445,54 @@ def test_handler_enqueue_uses_handler_options_and_using_overrides_them():
     assert (job.task, job.queue, job.priority, job.max_attempts) == ("tests.signature", "sig", 3, 7)
     job = signature.using(queue="q2", priority=0, max_attempts=1).enqueue(1)
     assert (job.queue, job.priority, job.max_attempts) == ("q2", 0, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_enqueue_takes_no_lock_on_the_existing_job(pg_connect):
+    """ON CONFLICT DO UPDATE would row-lock the existing job until the caller's transaction ends
+    (holding up the worker that runs it); the duplicate is read back instead."""
+    first, _ = Job.objects.enqueue("tests.noop", PAYLOAD, idempotency_key="held")
+    other = pg_connect()
+    with transaction.atomic():
+        again, created = Job.objects.enqueue("tests.noop", PAYLOAD, idempotency_key="held")
+        assert (again.pk, created) == (first.pk, False)
+        # Another session can lock the row at once: nothing holds it.
+        with other.transaction():
+            locked = other.execute(
+                "SELECT id FROM pgjobs_job WHERE id = %s FOR UPDATE NOWAIT", [first.pk]
+            ).fetchall()
+        assert locked == [(first.pk,)]
+
+
+def test_the_returned_duplicate_is_the_stored_job():
+    first, _ = Job.objects.enqueue("tests.noop", PAYLOAD, idempotency_key="k", priority=3, delay=60)
+    again, created = Job.objects.enqueue("tests.noop", PAYLOAD, idempotency_key="k")
+    assert created is False
+    for field in ("pk", "status", "priority", "run_at", "payload", "created_at", "max_attempts"):
+        assert getattr(again, field) == getattr(first, field), field
+
+
+@override_settings(PGJOBS={"MAX_PAYLOAD_BYTES": 1000})
+def test_a_payload_over_the_size_limit_is_refused_with_its_size():
+    with pytest.raises(
+        InvalidJob, match=r"job 'tests\.noop': payload is 2,0\d\d bytes of JSON; the limit is 1,000"
+    ):
+        Job.objects.enqueue("tests.noop", {"args": ["x" * 2000], "kwargs": {}})
+    with pytest.raises(InvalidJob, match="MAX_PAYLOAD_BYTES"):
+        signature.enqueue(1, c="y" * 2000)
+    with pytest.raises(InvalidJob, match="bytes of JSON"):
+        Job.objects.enqueue_many([NewJob("tests.noop"), NewJob("tests.noop", {"args": ["z" * 2000]})])
+    assert job_count() == 0
+    Job.objects.enqueue("tests.noop", {"args": ["x" * 900], "kwargs": {}})  # under it: fine
+
+
+def test_the_default_payload_limit_is_one_mebibyte():
+    Job.objects.enqueue("tests.noop", {"args": ["x" * (1024 * 1024 - 100)]})
+    with pytest.raises(InvalidJob, match="the limit is 1,048,576"):
+        Job.objects.enqueue("tests.noop", {"args": ["x" * (1024 * 1024)]})
+
+
+def test_new_job_is_exported():
+    import django_pgjobs
+
+    assert django_pgjobs.NewJob is NewJob

@@ -16,7 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 def make(state: str, **kwargs) -> Job:
-    """A job in ``state`` (ready, delayed, running, done, dead) with updated_at in the past."""
+    """A job in ``state`` (ready, delayed (scheduled), running, done, dead, cancelled) with
+    updated_at in the past."""
     traits = {"ready": {}, "delayed": {"delayed": True}}.get(state, {state: True})
     options = {"updated_at": past(), **kwargs}
     if state == "ready":
@@ -31,19 +32,42 @@ def unchanged(jobs: list[Job]):
 
 # -- retry ---------------------------------------------------------------------------------------
 def test_retry_puts_a_dead_job_back_with_a_fresh_budget():
-    job = make("dead", run_at=past(7200))
+    job = make("dead", run_at=past(7200))  # attempts 5 of 5
     assert Job.objects.retry([job.pk], by="alice") == [job.pk]
 
     now = db_now()
     stored = Job.objects.get(pk=job.pk)
-    assert (stored.status, stored.attempts, stored.finished_at) == ("ready", 0, None)
+    # The count is kept (attempt numbers never repeat) and the budget grows by the handler's
+    # max_attempts (tests.testapp.jobs.record has none: the default, 5).
+    assert (stored.status, stored.attempts, stored.max_attempts, stored.finished_at) == ("ready", 5, 10, None)
     assert stored.run_at == now and stored.updated_at == now
     assert stored.last_error == "RuntimeError: boom"  # kept for the record
     assert len(stored.history) == 2  # the old failure is kept
     assert stored.history[-1]["outcome"] == "retried"
     assert stored.history[-1]["message"] == "retried by alice"
     (claimed,) = Job.objects.claim(None, "w1")
-    assert claimed.pk == job.pk and claimed.attempts == 1
+    assert claimed.id == job.pk and claimed.attempt == 6
+
+
+def test_retry_budget_is_the_handlers_max_attempts_or_the_one_given():
+    from tests.testapp.jobs import always_fails  # max_attempts=3
+
+    own = make("dead", task=always_fails.name, attempts=3, max_attempts=3)
+    other = make("dead", attempts=2, max_attempts=2)
+    Job.objects.retry([own.pk, other.pk])
+    assert Job.objects.get(pk=own.pk).max_attempts == 3 + 3
+    assert Job.objects.get(pk=other.pk).max_attempts == 2 + 5  # no handler budget: the default
+    again = make("dead", attempts=7, max_attempts=7)
+    Job.objects.retry([again.pk], attempts=1)
+    assert Job.objects.get(pk=again.pk).max_attempts == 8
+    with pytest.raises(InvalidJob, match="attempts must be between 1"):
+        Job.objects.retry([again.pk], attempts=0)
+
+
+def test_retry_brings_back_a_cancelled_job():
+    job = make("cancelled")
+    assert Job.objects.retry([job.pk]) == [job.pk]
+    assert Job.objects.get(pk=job.pk).status == "ready"
 
 
 def test_retry_without_operator_name():
@@ -53,7 +77,7 @@ def test_retry_without_operator_name():
 
 
 @pytest.mark.parametrize("state", ["ready", "delayed", "running", "done"])
-def test_retry_refuses_jobs_that_are_not_dead(state):
+def test_retry_refuses_jobs_that_are_not_dead_or_cancelled(state):
     job = make(state)
     same = unchanged([job])
     assert Job.objects.retry([job.pk]) == []
@@ -70,18 +94,18 @@ def test_retry_of_a_mixed_selection_touches_only_dead_jobs():
 
 # -- cancel --------------------------------------------------------------------------------------
 @pytest.mark.parametrize("state", ["ready", "delayed"])
-def test_cancel_dead_letters_a_waiting_job(state):
+def test_cancel_stops_a_waiting_job_for_good(state):
     job = make(state)
     assert Job.objects.cancel([job.pk], by="bob") == [job.pk]
     stored = Job.objects.get(pk=job.pk)
-    assert stored.status == "dead"
+    assert stored.status == "cancelled"
     assert stored.finished_at == db_now()
     assert stored.last_error == "cancelled by bob"
     assert stored.history[-1]["outcome"] == "cancelled"
     assert stored.history[-1]["message"] == "cancelled by bob"
 
 
-@pytest.mark.parametrize("state", ["running", "done", "dead"])
+@pytest.mark.parametrize("state", ["running", "done", "dead", "cancelled"])
 def test_cancel_refuses_running_and_finished_jobs(state):
     job = make(state)
     same = unchanged([job])
@@ -96,10 +120,10 @@ def test_run_now_makes_a_delayed_job_due():
     stored = Job.objects.get(pk=job.pk)
     assert stored.run_at == db_now()
     assert stored.status == "ready"
-    assert [j.pk for j in Job.objects.claim(None, "w1")] == [job.pk]
+    assert [j.id for j in Job.objects.claim(None, "w1")] == [job.pk]
 
 
-@pytest.mark.parametrize("state", ["ready", "running", "done", "dead"])
+@pytest.mark.parametrize("state", ["ready", "running", "done", "dead", "cancelled"])
 def test_run_now_refuses_jobs_that_are_due_or_not_waiting(state):
     job = make(state, run_at=timezone.now() + dt.timedelta(hours=1)) if state != "ready" else make(state)
     same = unchanged([job])
@@ -120,7 +144,7 @@ def test_retry_and_run_now_wake_workers(pg_connect):
 
 # -- discard -------------------------------------------------------------------------------------
 def test_discard_deletes_jobs_that_are_not_running():
-    gone = [make("ready"), make("delayed"), make("done"), make("dead")]
+    gone = [make("ready"), make("delayed"), make("done"), make("dead"), make("cancelled")]
     live = make("running")
     same = unchanged([live])
     assert Job.objects.discard([j.pk for j in gone] + [live.pk]) == sorted(j.pk for j in gone)
@@ -136,7 +160,7 @@ def test_discard_refuses_a_running_job():
 
 
 # -- edit ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("state", ["ready", "delayed", "dead"])
+@pytest.mark.parametrize("state", ["ready", "delayed", "dead", "cancelled"])
 def test_edit_changes_a_job_that_has_not_run_to_completion(state):
     job = make(state)
     run_at = timezone.now() + dt.timedelta(days=2)
@@ -147,7 +171,8 @@ def test_edit_changes_a_job_that_has_not_run_to_completion(state):
     assert edited is not None and edited.pk == job.pk
     assert stored.payload == {"args": [7], "kwargs": {}}
     assert (stored.run_at, stored.priority, stored.max_attempts, stored.queue) == (run_at, -3, 8, "q2")
-    assert stored.status == job.status
+    # A waiting job moved to the day after tomorrow waits as scheduled; a failed one stays failed.
+    assert stored.status == {"ready": "scheduled", "delayed": "scheduled"}.get(state, job.status)
     assert stored.updated_at == db_now()
     assert (edited.payload, edited.queue) == (stored.payload, stored.queue)
 

@@ -65,9 +65,9 @@ def same_types(a, b) -> bool:
 def run_claimed(job_id: int):
     """Claim the job the way a worker does and call its handler with what the row holds."""
     (claimed,) = Job.objects.claim(None, "w1")
-    assert claimed.pk == job_id
+    assert claimed.id == job_id
     handler = get_handler(claimed.task)
-    context = JobContext.for_job(claimed, "w1")
+    context = JobContext.for_claim(claimed, "w1")
     return claimed, handler.run(context, claimed.args, claimed.kwargs)
 
 
@@ -76,7 +76,7 @@ def test_handler_receives_exactly_what_was_enqueued():
     claimed, received = run_claimed(job.pk)
     assert same_types(received, {"args": ROUND_TRIP_ARGS, "kwargs": ROUND_TRIP_KWARGS})
     # And the result survives the trip back through complete().
-    assert Job.objects.complete(claimed.pk, "w1", claimed.attempts, result=received)
+    assert Job.objects.complete([(claimed.id, claimed.token, received)]) == {claimed.token}
     assert same_types(Job.objects.get(pk=job.pk).result, received)
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from django_pgjobs import sql
+from django_pgjobs import store as sql
 from django_pgjobs.exceptions import InvalidJob
-from django_pgjobs.managers import SWEEP_LOCK_KEY, SweepResult
 from django_pgjobs.models import Job
+from django_pgjobs.store import SWEEP_LOCK_KEY, SweepResult
 from tests.factories import JobFactory
 from tests.helpers import db_now, job_count, past, row_text
 
@@ -21,15 +21,16 @@ def expired(**kwargs) -> Job:
 
 
 # -- sweep ---------------------------------------------------------------------------------------
-def test_sweep_returns_an_expired_lease_to_ready():
+def test_sweep_returns_an_expired_lease_to_ready_in_its_old_place_in_line():
     job = expired(run_at=past(7200))
+    newer = JobFactory(run_at=past(60))  # enqueued since; due, waiting
     result = Job.objects.sweep()
 
     assert result == SweepResult(ran=True, to_ready=[job.pk], to_dead=[])
-    now = db_now()
     stored = Job.objects.get(pk=job.pk)
     assert stored.status == "ready"
-    assert stored.run_at == now
+    # Its run_at is kept: it does not queue behind everything enqueued while its worker was dying.
+    assert stored.run_at == job.run_at
     assert stored.attempts == 1  # the lapsed attempt counts
     assert stored.finished_at is None
     assert (stored.locked_by, stored.locked_at, stored.lease_expires_at) == (None, None, None)
@@ -37,8 +38,8 @@ def test_sweep_returns_an_expired_lease_to_ready():
     (entry,) = stored.history
     assert entry["outcome"] == "lease expired" and entry["message"] == "lease expired"
     assert entry["attempt"] == 1 and entry["worker"] == "worker-gone"
-    # It can be claimed again at once.
-    assert [j.pk for j in Job.objects.claim(None, "w2")] == [job.pk]
+    # It is claimed again first.
+    assert [j.id for j in Job.objects.claim(None, "w2", limit=2)] == [job.pk, newer.pk]
 
 
 def test_sweep_dead_letters_a_job_whose_attempts_are_spent():
@@ -60,20 +61,21 @@ def test_sweep_leaves_live_leases_and_other_states_alone():
         JobFactory(run_at=past(), updated_at=past()),
         JobFactory(done=True, lease_expires_at=past(), updated_at=past()),
         JobFactory(dead=True, lease_expires_at=past(), updated_at=past()),
+        JobFactory(delayed=True, updated_at=past()),
     ]
     before = {j.pk: row_text(j.pk) for j in [live, *others]}
     assert Job.objects.sweep() == SweepResult(ran=True)
     assert {pk: row_text(pk) for pk in before} == before
 
 
-def test_sweep_takes_at_most_limit_rows_oldest_lease_first():
-    newest = expired(lease_expires_at=past(60))
-    oldest = expired(lease_expires_at=past(3600))
-    middle = expired(lease_expires_at=past(600))
+def test_sweep_takes_at_most_limit_rows_per_call():
+    jobs = [expired(lease_expires_at=past(60 * i)) for i in (1, 60, 10)]
 
-    assert Job.objects.sweep(limit=2).to_ready == sorted([oldest.pk, middle.pk])
-    assert Job.objects.get(pk=newest.pk).status == "running"
-    assert Job.objects.sweep(limit=2).to_ready == [newest.pk]
+    first = Job.objects.sweep(limit=2).to_ready
+    assert len(first) == 2
+    assert Job.objects.filter(status="running").count() == 1
+    second = Job.objects.sweep(limit=2).to_ready
+    assert sorted(first + second) == sorted(j.pk for j in jobs)
     assert Job.objects.sweep(limit=2) == SweepResult(ran=True)
 
 
@@ -145,17 +147,20 @@ def test_prune_deletes_old_finished_jobs_in_bounded_batches():
     assert kept == {recent_done.pk, old_dead.pk, ready.pk, running.pk}
 
 
-def test_prune_dead_jobs_is_separate():
+def test_prune_dead_and_cancelled_jobs_is_separate():
     old_dead = JobFactory(dead=True, finished_at=past(7200))
+    old_cancelled = JobFactory(cancelled=True, finished_at=past(7200))
     JobFactory(done=True, finished_at=past(7200))
     assert Job.objects.prune("dead", 3600) == 1
     assert not Job.objects.filter(pk=old_dead.pk).exists()
+    assert Job.objects.prune("cancelled", 3600) == 1
+    assert not Job.objects.filter(pk=old_cancelled.pk).exists()
     assert job_count() == 1
 
 
-@pytest.mark.parametrize("status", ["ready", "running", "bogus"])
+@pytest.mark.parametrize("status", ["ready", "scheduled", "running", "bogus"])
 def test_prune_refuses_unfinished_states(status):
     JobFactory(finished_at=past(7200))
-    with pytest.raises(InvalidJob, match="only done or dead"):
+    with pytest.raises(InvalidJob, match="only done, dead or cancelled"):
         Job.objects.prune(status, 0)
     assert job_count() == 1

@@ -45,11 +45,27 @@ ERROR_EXCERPT = 80
 READ_ONLY_STATUSES = (Status.RUNNING, Status.DONE)
 
 STATUS_COLOURS: dict[str, str] = {
+    Status.SCHEDULED: "#6e7781",
     Status.READY: "#1f6feb",
     Status.RUNNING: "#9a6700",
     Status.DONE: "#1a7f37",
     Status.DEAD: "#cf222e",
+    Status.CANCELLED: "#8250df",
 }
+
+
+#: Most characters of JSON a job page shows (and edits) of a payload or result. A page with megabytes
+#: in it is unusable; the rest is summarised with the value's size.
+PRETTY_LIMIT = 64 * 1024
+
+
+def json_size(value: Any) -> int:
+    """Bytes of compact JSON, as stored and as counted against ``MAX_PAYLOAD_BYTES``."""
+    return len(json.dumps(value, separators=(",", ":")))
+
+
+def too_large_to_show(value: Any) -> bool:
+    return json_size(value) > PRETTY_LIMIT
 
 
 def pretty_json(value: Any) -> str:
@@ -57,6 +73,15 @@ def pretty_json(value: Any) -> str:
         return "-"
     if deeper_than(value, MAX_JSON_DEPTH):  # a result or payload stored that deep by code
         return format_html('<pre class="pgjobs-json">{}</pre>', TOO_DEEP)
+    if too_large_to_show(value):
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)[:PRETTY_LIMIT]
+        return format_html(
+            '<p class="pgjobs-truncated">{} bytes of JSON; the first {} characters:</p>'
+            '<pre class="pgjobs-json">{}…</pre>',
+            f"{json_size(value):,}",
+            f"{PRETTY_LIMIT:,}",
+            text,
+        )
     text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
     return format_html('<pre class="pgjobs-json">{}</pre>', text)
 
@@ -184,14 +209,11 @@ class JobAdmin(admin.ModelAdmin):
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Job) -> str:
         colour = STATUS_COLOURS.get(obj.status, "#57606a")
-        label = obj.status
-        if obj.status == Status.READY and obj.run_at and obj.run_at > timezone.now():
-            label = "delayed"
         return format_html(
             '<span class="pgjobs-status pgjobs-status-{}" style="color:{};font-weight:bold">{}</span>',
             obj.status,
             colour,
-            label,
+            obj.status,
         )
 
     @admin.display(description="attempts")
@@ -221,7 +243,10 @@ class JobAdmin(admin.ModelAdmin):
             "run_at",
             ("attempts", "max_attempts"),
             "idempotency_key",
-            "payload" if editable else "payload_pretty",  # a JSON textarea, or read-only pretty JSON
+            # A JSON textarea, or read-only pretty JSON (also for a payload too large to edit here).
+            "payload"
+            if editable and obj is not None and not too_large_to_show(obj.payload)
+            else "payload_pretty",
         )
         sets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": job_fields})]
         if obj is not None and obj.status == Status.RUNNING:
@@ -242,7 +267,10 @@ class JobAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Job | None = None) -> tuple[str, ...]:
         if obj is not None and self.has_change_permission(request, obj):
-            return tuple(f for f in self.readonly_fields if f not in EDITABLE_FIELDS)
+            editable = [f for f in EDITABLE_FIELDS if f != "payload" or not too_large_to_show(obj.payload)]
+            return tuple(f for f in self.readonly_fields if f not in editable) + tuple(
+                f for f in EDITABLE_FIELDS if f not in editable
+            )
         return self.readonly_fields
 
     @admin.display(description="payload")
@@ -393,6 +421,11 @@ class JobAdmin(admin.ModelAdmin):
         if not Job.objects.discard([obj.pk]):
             self.message_user(request, f"Job #{obj.pk} is running and was not deleted.", messages.ERROR)
 
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        # Django's own bulk delete calls queryset.delete(), which jobs refuse; discard never
+        # deletes a running job.
+        Job.objects.discard(queryset.values_list("pk", flat=True))
+
     # -- the job page's own buttons: the list actions for one job ---------------------------------------
     #: Which operation a job page offers, by the job's state (the manager refuses the rest anyway).
     PAGE_OPERATIONS: ClassVar[tuple[tuple[str, str], ...]] = (
@@ -405,9 +438,9 @@ class JobAdmin(admin.ModelAdmin):
         if not self.has_operate_permission(request):
             return []
         eligible = {
-            "retry_jobs": obj.status == Status.DEAD,
-            "run_jobs_now": obj.status == Status.READY and obj.run_at > timezone.now(),
-            "cancel_jobs": obj.status == Status.READY,
+            "retry_jobs": obj.status in (Status.DEAD, Status.CANCELLED),
+            "run_jobs_now": obj.status == Status.SCHEDULED,
+            "cancel_jobs": obj.status in (Status.SCHEDULED, Status.READY),
         }
         name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_operate"
         return [

@@ -53,8 +53,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "retry_jobs",
             "Retried",
-            "Retry selected dead jobs (run now, fresh attempts)",
-            "not dead",
+            "Retry selected dead or cancelled jobs (run now, fresh attempts)",
+            "not dead or cancelled",
             CHANGE,
             False,
             lambda request, ids: Job.objects.retry(ids, by=_actor(request)),
@@ -62,8 +62,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "cancel_jobs",
             "Cancelled",
-            "Cancel selected ready jobs (to dead letters)",
-            "not ready",
+            "Cancel selected waiting jobs (ready or scheduled)",
+            "not waiting (ready or scheduled)",
             CHANGE,
             False,
             lambda request, ids: Job.objects.cancel(ids, by=_actor(request)),
@@ -71,8 +71,8 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "run_jobs_now",
             "Ran now",
-            "Run selected delayed jobs now",
-            "not delayed (ready, due later)",
+            "Run selected scheduled jobs now",
+            "not scheduled (due later)",
             CHANGE,
             False,
             lambda request, ids: Job.objects.run_now(ids),

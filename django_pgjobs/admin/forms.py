@@ -112,7 +112,7 @@ class JobEditForm(forms.ModelForm):
         label="Priority",
         min_value=-32768,
         max_value=32767,
-        help_text="Lower runs first.",
+        help_text="Higher runs first.",
         show_hidden_initial=True,
     )
     run_at = RunAtField(label="Run at", widget=AdminSplitDateTime, show_hidden_initial=True)
@@ -144,4 +144,8 @@ class JobEditForm(forms.ModelForm):
     def edit_arguments(self) -> dict[str, Any]:
         """Keyword arguments for ``Job.objects.edit``: only what the operator changed on the page
         (compared with the page's hidden initial values, see the module docstring)."""
-        return {name: self.cleaned_data[name] for name in EDITABLE_FIELDS if name in self.changed_data}
+        return {
+            name: self.cleaned_data[name]
+            for name in EDITABLE_FIELDS
+            if name in self.fields and name in self.changed_data
+        }

@@ -15,7 +15,8 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils import timezone
 
-from ..models import Job, Status
+from ..conf import get_settings
+from ..models import FINAL_STATUSES, Job, Status
 
 if TYPE_CHECKING:
     from . import JobAdmin
@@ -57,7 +58,7 @@ class _DistinctValueFilter(admin.SimpleListFilter):
     column = ""
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        values = distinct_values(self.column, model_admin.model.objects.db)
+        values = distinct_values(self.column, get_settings().DATABASE)
         current = self.value()
         if current and current not in values:
             values.append(current)
@@ -112,7 +113,7 @@ class QueueRow:
         return sum(self.counts.values())
 
 
-def overview_rows(using: str = "default") -> tuple[list[QueueRow], dict[str, int]]:
+def overview_rows(using: str) -> tuple[list[QueueRow], dict[str, int]]:
     """Per-queue counts by status (and of running jobs whose lease expired), the oldest due ready
     job's age, and the last hour's outcomes.
 
@@ -136,13 +137,13 @@ def overview_rows(using: str = "default") -> tuple[list[QueueRow], dict[str, int
         r = row(item["queue"])
         r.counts[item["status"]] = item["n"]
         r.lease_expired += item["expired"]
-    due = jobs.filter(status=Status.READY, run_at__lte=now).values("queue").annotate(oldest=Min("run_at"))
+    due = jobs.filter(status=Status.READY).values("queue").annotate(oldest=Min("run_at"))
     for oldest in due:
         r = row(oldest["queue"])
         r.oldest_ready_due = oldest["oldest"]
         r.oldest_ready_age = max(now - oldest["oldest"], dt.timedelta(0))
     recent = (
-        jobs.filter(status__in=[Status.DONE, Status.DEAD], finished_at__gte=now - dt.timedelta(hours=1))
+        jobs.filter(status__in=FINAL_STATUSES, finished_at__gte=now - dt.timedelta(hours=1))
         .values("queue")
         .annotate(
             done=Count("id", filter=Q(status=Status.DONE)),
@@ -167,7 +168,7 @@ def overview_view(modeladmin: JobAdmin, request: HttpRequest) -> TemplateRespons
     if not modeladmin.has_view_permission(request):
         raise PermissionDenied
     opts = modeladmin.model._meta
-    rows, totals = overview_rows(Job.objects.db)
+    rows, totals = overview_rows(get_settings().DATABASE)
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": "Job queue overview",

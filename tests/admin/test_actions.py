@@ -26,7 +26,7 @@ def test_retry_dead_jobs_back_to_ready_with_fresh_budget_and_history_kept(operat
     for job in dead:
         job.refresh_from_db()
         assert job.status == Status.READY
-        assert job.attempts == 0
+        assert (job.attempts, job.max_attempts) == (5, 10)  # the count kept, a fresh budget on top
         assert job.run_at <= timezone.now()
         assert job.finished_at is None
         assert [e["outcome"] for e in job.history] == ["failed", "retried"]
@@ -63,7 +63,7 @@ def test_action_only_on_running_jobs_changes_nothing_and_logs_nothing(operator, 
     assert not LogEntry.objects.exists()
 
 
-def test_cancel_ready_jobs_to_dead_with_reason(operator, client_for):
+def test_cancel_waiting_jobs_with_reason(operator, client_for):
     ready = JobFactory()
     delayed = JobFactory(delayed=True)
     done = JobFactory(done=True)
@@ -71,10 +71,10 @@ def test_cancel_ready_jobs_to_dead_with_reason(operator, client_for):
     response = action(client, JOBS_URL, "cancel_jobs", [ready.pk, delayed.pk, done.pk])
     msgs = messages_of(response)
     assert "Cancelled 2 jobs." in msgs
-    assert "1 job was not ready and was left unchanged." in msgs
+    assert "1 job was not waiting (ready or scheduled) and was left unchanged." in msgs
     for job in (ready, delayed):
         job.refresh_from_db()
-        assert job.status == Status.DEAD
+        assert job.status == Status.CANCELLED
         assert job.last_error == "cancelled by ops"
     done.refresh_from_db()
     assert done.status == Status.DONE
@@ -205,7 +205,7 @@ def test_discard_reports_a_job_a_worker_claimed_meanwhile(operator, client_for, 
 
     def claim_then_discard(ids: list[int], **kwargs: Any) -> list[int]:
         # A real worker claim through the manager (the only job in the table), not a mock.
-        assert [j.pk for j in Job.objects.claim(None, "w-race")] == [job.pk]
+        assert [j.id for j in Job.objects.claim(None, "w-race")] == [job.pk]
         return real_discard(ids, **kwargs)
 
     monkeypatch.setattr(Job.objects, "discard", claim_then_discard)

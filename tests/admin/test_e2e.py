@@ -165,7 +165,7 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
             ready_row = page.locator("#result_list tbody tr", has=page.locator(f"input[value='{target.pk}']"))
             expect(ready_row).to_contain_text("billing.charge_card")
             expect(ready_row.locator(".pgjobs-status")).to_have_text("ready")
-            expect(ready_row).to_contain_text("0/5")
+            expect(ready_row).to_contain_text("5/10")  # attempts kept, a fresh budget on top
 
             # The job page's own Retry button, on another dead letter: lands on its (now ready) page.
             page.goto(f"{base}/admin/django_pgjobs/deadjob/{other.pk}/change/")
@@ -178,7 +178,7 @@ def test_retry_a_dead_letter_in_a_real_browser(live_server: Any, screenshot_dir:
             browser.close()
 
     other.refresh_from_db()
-    assert other.status == Status.READY and other.attempts == 0
+    assert (other.status, other.attempts, other.max_attempts) == (Status.READY, 5, 10)
     target.refresh_from_db()
-    assert target.status == Status.READY and target.attempts == 0
+    assert (target.status, target.attempts, target.max_attempts) == (Status.READY, 5, 10)
     assert target.history[-1]["outcome"] == "retried" and target.history[-1]["message"] == "retried by ops"

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from django_pgjobs.admin.forms import MAX_JSON_DEPTH
 from django_pgjobs.models import Job
-from tests.factories import DeadJobFactory, JobFactory
+from tests.factories import DeadJobFactory, JobFactory, force_update
 
 from .conftest import DEAD_URL, JOBS_URL, make_user, messages_of
 
@@ -174,7 +174,7 @@ def test_edit_refused_when_the_job_starts_running_between_form_and_save(operator
 
     def claim_then_edit(job_id: int, **kwargs: Any) -> Job | None:
         # A real worker claim through the manager (the only job in the table), not a mock.
-        assert [j.pk for j in Job.objects.claim(None, "w-race")] == [job_id]
+        assert [j.id for j in Job.objects.claim(None, "w-race")] == [job_id]
         return real_edit(job_id, **kwargs)
 
     monkeypatch.setattr(Job.objects, "edit", claim_then_edit)
@@ -232,7 +232,7 @@ def test_retry_button_on_a_dead_letter_goes_through_the_manager(operator, client
     assert response.redirect_chain[0][0] == f"{JOBS_URL}{dead.pk}/change/"
     assert "Retried 1 job." in messages_of(response)
     dead.refresh_from_db()
-    assert (dead.status, dead.attempts) == ("ready", 0)
+    assert (dead.status, dead.attempts, dead.max_attempts) == ("ready", 5, 10)
     assert dead.history[-1]["outcome"] == "retried"  # the manager's own history entry
     entry = LogEntry.objects.get()
     assert entry.user == operator and "Retried" in entry.get_change_message()
@@ -254,8 +254,12 @@ def test_cancel_button_refuses_a_job_that_started_running(operator, client_for):
     job = JobFactory()
     page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/").content.decode()
     assert [label for _, label in _buttons(page)] == ["Cancel"]
-    Job.objects.filter(pk=job.pk).update(
-        status="running", attempts=1, locked_by="w", lease_expires_at=timezone.now() + dt.timedelta(minutes=1)
+    force_update(
+        job.pk,
+        status="running",
+        attempts=1,
+        locked_by="w",
+        lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
     )
     response = client_for(operator).post(f"{JOBS_URL}{job.pk}/operate/cancel_jobs/", follow=True)
     assert any("running job was skipped" in m for m in messages_of(response))
@@ -393,7 +397,7 @@ def test_retry_button_clicked_twice_says_the_second_changed_nothing(operator, cl
     second = client.post(url, follow=True)
     assert second.status_code == 200
     assert second.redirect_chain[0][0] == f"{JOBS_URL}{dead.pk}/change/"
-    assert "1 job was not dead and was left unchanged." in messages_of(second)
+    assert "1 job was not dead or cancelled and was left unchanged." in messages_of(second)
     assert LogEntry.objects.count() == 1
     assert client.post(f"{DEAD_URL}not-a-number/operate/retry_jobs/").status_code == 404
 
@@ -409,3 +413,22 @@ def test_a_payload_stored_too_deep_by_code_does_not_break_the_job_page(operator,
     page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/")
     assert page.status_code == 200
     assert "nested too deeply" in page.content.decode()
+
+
+def test_a_large_payload_is_shown_truncated_with_its_size_and_not_offered_for_editing(operator, client_for):
+    from django_pgjobs.admin import PRETTY_LIMIT
+
+    big = {"args": ["x" * (PRETTY_LIMIT * 3)], "kwargs": {}}
+    job = JobFactory(payload=big, result={"rows": list(range(40_000))})
+    page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/").content.decode()
+    size = len(json.dumps(big, separators=(",", ":")))
+    assert f"{size:,} bytes of JSON; the first {PRETTY_LIMIT:,} characters:" in page
+    assert len(page) < 4 * PRETTY_LIMIT  # the page carries a summary, not the megabytes
+    assert 'name="payload"' not in page  # too large to edit in a textarea; the rest stays editable
+    assert 'name="queue"' in page
+    # Saving the other fields leaves the payload alone.
+    data = edit_data(job, queue="elsewhere")
+    del data["payload"]
+    client_for(operator).post(f"{JOBS_URL}{job.pk}/change/", data)
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.queue, stored.payload) == ("elsewhere", big)

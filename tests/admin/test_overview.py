@@ -18,7 +18,7 @@ def test_overview_counts_oldest_ready_and_last_hour(viewer, client_for, django_a
     now = timezone.now()
     JobFactory(queue="mail", run_at=now - dt.timedelta(minutes=42))
     JobFactory(queue="mail", run_at=now - dt.timedelta(minutes=1))
-    JobFactory(queue="mail", delayed=True)  # not due: not "waiting"
+    JobFactory(queue="mail", delayed=True)  # scheduled: not due, so not in "oldest ready"
     JobFactory(queue="mail", running=True)
     JobFactory(queue="mail", done=True)
     JobFactory(queue="mail", done=True, finished_at=now - dt.timedelta(hours=3))
@@ -29,8 +29,22 @@ def test_overview_counts_oldest_ready_and_last_hour(viewer, client_for, django_a
         response = client.get(f"{JOBS_URL}overview/")
     assert response.status_code == 200
     rows = {r.queue: r for r in response.context["rows"]}
-    assert rows["mail"].counts == {"ready": 3, "running": 1, "done": 2, "dead": 0}
-    assert rows["payments"].counts == {"ready": 0, "running": 0, "done": 0, "dead": 2}
+    assert rows["mail"].counts == {
+        "scheduled": 1,
+        "ready": 2,
+        "running": 1,
+        "done": 2,
+        "dead": 0,
+        "cancelled": 0,
+    }
+    assert rows["payments"].counts == {
+        "scheduled": 0,
+        "ready": 0,
+        "running": 0,
+        "done": 0,
+        "dead": 2,
+        "cancelled": 0,
+    }
     assert dt.timedelta(minutes=41) < rows["mail"].oldest_ready_age < dt.timedelta(minutes=44)
     assert rows["payments"].oldest_ready_age is None
     assert (rows["mail"].finished_last_hour, rows["mail"].failed_last_hour) == (1, 0)
@@ -88,3 +102,25 @@ def test_jobs_list_filters_running_jobs_whose_lease_expired(operator, client_for
     assert sorted(j.pk for j in response.context["cl"].result_list) == sorted(j.pk for j in stuck)
     assert "Lease expired" in response.content.decode()
     assert len(client.get(JOBS_URL, {"lease": "expired", "queue": "mail"}).context["cl"].result_list) == 1
+
+
+@pytest.mark.django_db(transaction=True, databases=["default", "jobs"])
+def test_pages_read_jobs_from_the_configured_database_only(viewer, client_for):
+    """With PGJOBS["DATABASE"] = "jobs", the lists, their filter sidebars and the overview must not
+    query "default" for jobs (where the table may not exist, or hold other rows)."""
+    from django.db import connections
+    from django.test import override_settings
+    from django.test.utils import CaptureQueriesContext
+
+    JobFactory(queue="mail")
+    DeadJobFactory(queue="payments")
+    client = client_for(viewer)
+    with (
+        override_settings(PGJOBS={"DATABASE": "jobs"}),
+        CaptureQueriesContext(connections["default"]) as on_default,
+        CaptureQueriesContext(connections["jobs"]) as on_jobs,
+    ):
+        for url in (JOBS_URL, f"{JOBS_URL}?queue=mail", DEAD_URL, f"{JOBS_URL}overview/"):
+            assert client.get(url).status_code == 200, url
+    assert [q["sql"] for q in on_default.captured_queries if "pgjobs_job" in q["sql"]] == []
+    assert sum("pgjobs_job" in q["sql"] for q in on_jobs.captured_queries) >= 8

@@ -137,7 +137,9 @@ def test_4_always_failing_job_backs_off_exponentially_then_goes_dead(workers):
     first_run_at = None
     for attempt in range(1, 5):
         row = wait_for(
-            lambda attempt=attempt: Job.objects.filter(pk=job.id, status="ready", attempts=attempt).first(),
+            lambda attempt=attempt: Job.objects.filter(
+                pk=job.id, status="scheduled", attempts=attempt
+            ).first(),
             60,
             f"failure {attempt} to be recorded",
         )

@@ -16,9 +16,10 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_pgjobs.checks import check_pgjobs
-from django_pgjobs.managers import SWEEP_LOCK_KEY
 from django_pgjobs.models import Job
+from django_pgjobs.store import SWEEP_LOCK_KEY
 from django_pgjobs.sweeper import run_sweep
+from tests.factories import force_update
 from tests.processes import WorkerProcess, wait_for, worker_env
 from tests.testapp import jobs
 
@@ -42,9 +43,7 @@ def sweepjobs(*args: str) -> str:
 
 def finished(status: str, n: int, age: dt.timedelta) -> list[int]:
     ids = [jobs.echo.using(max_attempts=1).enqueue(f"{status}-{i}").id for i in range(n)]
-    Job.objects.filter(pk__in=ids).update(
-        status=status, finished_at=timezone.now() - age, attempts=1, updated_at=timezone.now()
-    )
+    force_update(ids, status=status, finished_at=timezone.now() - age, attempts=1, updated_at=timezone.now())
     return ids
 
 
@@ -126,7 +125,7 @@ def test_pruning_a_done_job_frees_its_idempotency_key():
     """Documented behaviour: retention ends idempotency protection for a pruned job's key."""
     first, created = Job.objects.enqueue("tests.echo", {"args": [1], "kwargs": {}}, idempotency_key="k:1")
     assert created
-    Job.objects.filter(pk=first.id).update(status="done", finished_at=timezone.now() - dt.timedelta(days=30))
+    force_update(first.id, status="done", finished_at=timezone.now() - dt.timedelta(days=30))
     again, created = Job.objects.enqueue("tests.echo", {"args": [1], "kwargs": {}}, idempotency_key="k:1")
     assert not created and again.id == first.id  # within retention: still a duplicate
     sweepjobs()

@@ -156,3 +156,41 @@ def long_lease(context: JobContext, seconds: float) -> None:
     """A handler with its own lease, longer than the worker's default."""
     _record("long-lease-start", context.job_id, context.attempt)
     time.sleep(seconds)
+
+
+def _wait_for_execution(kind: str, attempt: int, timeout: float = 60.0) -> None:
+    """Block (bounded) until a handler run recorded ``kind`` for ``attempt``: lets a test line up
+    two runs of one job without guessing how long the machine takes."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT 1 FROM test_executions WHERE kind = %s AND value = %s", [kind, str(attempt)]
+            )
+            if cursor.fetchone():
+                return
+        time.sleep(0.02)
+    raise TimeoutError(f"no {kind} for attempt {attempt} within {timeout}s")
+
+
+@job(name="tests.overrun_once", takes_context=True, timeout=2.0, max_attempts=1)
+def overrun_once(context: JobContext) -> dict[str, Any]:
+    """Attempt 1 overruns its 2 s timeout (so it is abandoned and its lease lapses) and returns
+    only once attempt 2 has started; attempt 2 returns when the test records "go". The result
+    says which run produced it."""
+    _record("overrun-once-start", context.job_id, context.attempt)
+    if context.attempt == 1:
+        _wait_for_execution("overrun-once-start", 2)
+    else:
+        _wait_for_execution("go", context.attempt)
+    _record("overrun-once-end", context.job_id, context.attempt)
+    return {"attempt": context.attempt, "pid": os.getpid()}
+
+
+@job(name="tests.two_runs", takes_context=True, max_attempts=1)
+def two_runs(context: JobContext, first: float, then: float) -> dict[str, Any]:
+    """``first`` seconds on attempt 1, ``then`` afterwards; the result says which run it is."""
+    _record("two-runs-start", context.job_id, context.attempt)
+    time.sleep(first if context.attempt == 1 else then)
+    _record("two-runs-end", context.job_id, context.attempt)
+    return {"attempt": context.attempt, "pid": os.getpid()}

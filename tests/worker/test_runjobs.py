@@ -62,7 +62,7 @@ def test_unknown_task_fails_clearly_and_follows_retry_policy(workers):
     assert worker.wait() == 0, worker.output()
     job.refresh_from_db()
     # First attempt failed and was scheduled for a retry (a rolling deploy may bring the handler).
-    assert job.status == "ready" and job.attempts == 1 and job.run_at > job.created_at
+    assert job.status == "scheduled" and job.attempts == 1 and job.run_at > job.created_at
     assert "no handler registered for task 'deployed.elsewhere'" in job.last_error
     assert "no handler registered for task 'deployed.elsewhere'" in worker.output()
 
@@ -111,7 +111,7 @@ def test_burst_exits_when_nothing_is_ready_but_leaves_delayed_jobs(workers):
     worker = workers("--burst")
     assert worker.wait() == 0, worker.output()
     assert "burst: nothing ready" in worker.output()
-    assert status_of(later.id) == "ready"
+    assert status_of(later.id) == "scheduled"
 
 
 def test_max_jobs_stops_after_n(workers):
@@ -185,7 +185,8 @@ def test_sigterm_releases_a_job_that_outlives_the_shutdown_timeout(workers):
     worker.signal(signal.SIGTERM)
     assert worker.wait(20) == 0, worker.output()
     job.refresh_from_db()
-    assert job.status == "ready" and job.attempts == 0  # released without spending the attempt
+    # Released without spending the attempt: its number stays used, the budget grows by one.
+    assert (job.status, job.attempts, job.max_attempts) == ("ready", 1, 6)
     assert job.history[-1]["outcome"] == "released"
     assert Job.objects.filter(status="running").count() == 0
 
@@ -199,7 +200,7 @@ def test_second_signal_releases_everything_at_once(workers):
     worker.signal(signal.SIGINT)
     worker.wait(20)
     job.refresh_from_db()
-    assert job.status == "ready" and job.attempts == 0
+    assert (job.status, job.attempts, job.max_attempts) == ("ready", 1, 6)
     assert "releasing every job now" in worker.output()
 
 
@@ -264,7 +265,7 @@ def test_a_backoff_policy_answering_nonsense_falls_back_to_the_default(workers):
     worker = workers("--burst")
     assert worker.wait() == 0, worker.output()
     job.refresh_from_db()
-    assert (job.status, job.attempts) == ("ready", 1)  # recorded and scheduled, not lost
+    assert (job.status, job.attempts) == ("scheduled", 1)  # recorded and scheduled, not lost
     assert job.last_error.startswith("RuntimeError: downstream says no")
     assert "returned -1" in worker.output() and "using the default" in worker.output()
     # The default policy's first delay, 2 s +- 20 %, measured from the failure's own timestamp.

@@ -92,11 +92,11 @@ class Command(BaseCommand):
         self._report(ours, elapsed)
 
     def _drain(self, ours: Q, concurrency: int) -> None:
-        """Burst workers until nothing of ours is ready, waiting out short retry backoffs."""
+        """Burst workers until nothing of ours is waiting, waiting out short retry backoffs."""
         while True:
             Worker(WorkerOptions(burst=True, concurrency=concurrency)).run()
             upcoming = (
-                Job.objects.filter(ours, status="ready")
+                Job.objects.filter(ours, status__in=["scheduled", "ready"])
                 .order_by("run_at")
                 .values_list("run_at", flat=True)
                 .first()
@@ -110,7 +110,7 @@ class Command(BaseCommand):
             while not stop.wait(0.3):
                 counts = dict(Job.objects.filter(ours).values_list("status").annotate(n=Count("id")))
                 line = "  " + "  ".join(
-                    f"{s}: {counts.get(s, 0):4}" for s in ("ready", "running", "done", "dead")
+                    f"{s}: {counts.get(s, 0):4}" for s in ("scheduled", "ready", "running", "done", "dead")
                 )
                 sys.stdout.write("\r" + line)
                 sys.stdout.flush()
@@ -126,7 +126,7 @@ class Command(BaseCommand):
                 jobs=Count("id"),
                 done=Count("id", filter=Q(status="done")),
                 dead=Count("id", filter=Q(status="dead")),
-                pending=Count("id", filter=Q(status__in=["ready", "running"])),
+                pending=Count("id", filter=Q(status__in=["scheduled", "ready", "running"])),
                 attempts=Sum("attempts"),
             )
             .order_by("task")
