@@ -53,9 +53,10 @@ class PgJobsSettings:
     #: a blob store: a 50 MB payload is written on every state change and rendered by the admin.
     MAX_PAYLOAD_BYTES: int = 1024 * 1024
     #: Prepare the queue's statements on each connection (planning them cost about as much as
-    #: running them). Turn off behind PgBouncer < 1.21 in transaction pooling mode, where a
-    #: prepared statement does not survive the transaction.
-    PREPARED_STATEMENTS: bool = True
+    #: running them). None: only on a direct connection to the server (not through a pooler such
+    #: as PgBouncer, whose transaction mode before 1.21 loses prepared statements); True: always
+    #: (PgBouncer >= 1.21 with max_prepared_statements, or a port-mapped direct connection).
+    PREPARED_STATEMENTS: bool | None = None
 
     def __post_init__(self) -> None:
         """Reject a value of the wrong kind here, where it is read, rather than as a traceback in
@@ -85,6 +86,7 @@ _NUMBER = (int, float)
 _KINDS: dict[str, tuple[type, ...]] = {
     "RETENTION_DONE_SECONDS": (*_NUMBER, type(None)),
     "RETENTION_DEAD_SECONDS": (*_NUMBER, type(None)),
+    "PREPARED_STATEMENTS": (bool, type(None)),
 }
 
 

@@ -16,8 +16,8 @@ and it learns that from the empty ``RETURNING``.
 How statements run. Each is one round trip on the Django connection of ``PGJOBS["DATABASE"]``: in
 autocommit it is its own short transaction; inside the caller's ``transaction.atomic()`` it joins
 it (an enqueue commits or rolls back with the data it is about). They use psycopg's server-side
-binding and, unless ``PGJOBS["PREPARED_STATEMENTS"]`` is off, prepared statements: parsing and
-planning these statements cost about as much as running them.
+binding and, from their second run on a connection, prepared statements where that is safe (see
+:class:`_Preparing`): parsing and planning these statements cost about as much as running them.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import json
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -522,16 +523,74 @@ class SweepResult:
 
 
 class _Cursor(psycopg.Cursor):
-    """Server-side binding, prepared on first use: the claim, acknowledgement and enqueue
-    statements run thousands of times a second, and parsing and planning them cost about as much
-    as running them."""
+    """Server-side binding, prepared when :class:`_Preparing` says so (Django's own cursors bind
+    on the client and never prepare)."""
+
+    prepare: bool = False
 
     def execute(self, query: Any, params: Any = None, *, prepare: bool | None = None, **kwargs: Any) -> Any:
-        return super().execute(query, params, prepare=_prepare() if prepare is None else prepare, **kwargs)
+        return super().execute(query, params, prepare=self.prepare if prepare is None else prepare, **kwargs)
 
 
-def _prepare() -> bool:
-    return get_settings().PREPARED_STATEMENTS
+#: Runs of one statement on one connection before it is prepared. A web request that enqueues once
+#: on a fresh connection never pays the extra round trip of preparing; a worker or a long-lived
+#: connection prepares its statements on their second run, after which parsing and planning them
+#: (about as costly as running them) is skipped.
+PREPARE_AFTER = 2
+#: psycopg only prepares when a connection has a threshold; Django leaves it None (poolers). This
+#: one means "prepare what asks for it, nothing automatically", so the project's own queries on the
+#: connection behave exactly as before.
+_NEVER_AUTOMATICALLY = 2**31
+
+
+class _Preparing:
+    """Per connection: how often each statement ran, and whether this connection may prepare.
+
+    ``PREPARED_STATEMENTS`` None (the default) decides per connection, the first time a statement
+    is due to be prepared: only when the client reached the server directly, i.e. the port it
+    connected to is the server's own. A pooler (PgBouncer on 6432, a cloud proxy) in between makes
+    them differ, and PgBouncer before 1.21 in transaction mode loses prepared statements between
+    transactions. A database entry with ``OPTIONS["prepare_threshold"] = None`` also says no.
+    """
+
+    _by_connection: weakref.WeakKeyDictionary[Any, _Preparing] = weakref.WeakKeyDictionary()
+
+    def __init__(self) -> None:
+        self.runs: dict[str, int] = {}
+        self.allowed: bool | None = None
+
+    @classmethod
+    def of(cls, raw: Any) -> _Preparing:
+        found = cls._by_connection.get(raw)
+        if found is None:
+            found = cls._by_connection[raw] = cls()
+        return found
+
+    def decide(self, statement: str, wrapper: Any) -> bool:
+        setting = get_settings().PREPARED_STATEMENTS
+        if setting is False or self.allowed is False:
+            return False
+        runs = self.runs[statement] = self.runs.get(statement, 0) + 1
+        if runs < PREPARE_AFTER:
+            return False
+        if self.allowed is None:
+            self.allowed = self._allowed(setting, wrapper)
+        return self.allowed
+
+    @staticmethod
+    def _allowed(setting: bool | None, wrapper: Any) -> bool:
+        options = wrapper.settings_dict.get("OPTIONS") or {}
+        if "prepare_threshold" in options and options["prepare_threshold"] is None:
+            return False
+        raw = wrapper.connection
+        if setting is None:
+            with raw.cursor() as cursor:
+                server_port = int(cursor.execute("SELECT current_setting('port')").fetchone()[0])
+            if raw.info.port != server_port:
+                return False
+        if raw.prepare_threshold is None:
+            raw.prepare_threshold = _NEVER_AUTOMATICALLY
+        return True
 
 
 @functools.cache
@@ -554,6 +613,7 @@ class Store:
         wrapper.ensure_connection()
         with wrapper.wrap_database_errors:
             raw = _Cursor(wrapper.connection)
+            raw.prepare = _Preparing.of(wrapper.connection).decide(statement, wrapper)
             # As Django's create_cursor: a TIME_ZONE changed since connecting applies per cursor.
             tzloader = wrapper.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
             if wrapper.timezone != tzloader.timezone:

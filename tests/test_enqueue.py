@@ -496,3 +496,28 @@ def test_new_job_is_exported():
     import django_pgjobs
 
     assert django_pgjobs.NewJob is NewJob
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_stream_of_wake_ups_for_one_queue_is_coalesced_and_the_last_is_never_lost(pg_connect):
+    """A hundred enqueues' wake-ups within a few milliseconds: one notification at once (an idle
+    worker wakes immediately) and one at the end of the window, not a hundred transactions."""
+    from django_pgjobs.notify import notifier
+
+    listener = _listen(pg_connect)
+    n = notifier()
+    assert n.flush()
+    sent_before = n.sent
+    for _ in range(100):
+        n.wake("default", ["stream"])
+    assert n.flush()
+    _marker()
+    got = []
+    for note in listener.notifies(timeout=10):  # bounded; the marker comes after everything sent
+        got.append(note.payload)
+        if note.payload == "marker":
+            break
+    stream = [p for p in got if p == "stream"]
+    assert 1 <= len(stream) <= 5, got
+    assert got[-1] == "marker"
+    assert n.sent - sent_before <= 6
