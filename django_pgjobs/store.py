@@ -342,13 +342,21 @@ RETURNING j.id, j.queue
 # when its attempts are spent: the expired attempt counts, so a job that kills its worker every
 # time ends dead instead of looping. SKIP LOCKED leaves rows a worker is finishing right now alone;
 # the WHERE is re-checked under the row lock, so concurrent sweepers are harmless.
+#
+# One sweeper at a time, per database: a *transaction*-level advisory lock, taken by the statement
+# itself and released when it ends, so it is safe behind PgBouncer's transaction pooling (a session
+# lock could outlive its owner there). Efficiency only: the UPDATE is safe concurrently. The answer
+# always has a row saying whether this statement got the lock.
 SWEEP = f"""
-WITH expired AS MATERIALIZED (
+WITH got AS MATERIALIZED (
+    SELECT CASE WHEN %(use_lock)s::bool THEN pg_try_advisory_xact_lock(%(key)s::bigint) ELSE true END
+           AS locked
+), expired AS MATERIALIZED (
     SELECT id FROM pgjobs_job
-    WHERE status = 'running' AND lease_expires_at < now()
+    WHERE (SELECT locked FROM got) AND status = 'running' AND lease_expires_at < now()
     LIMIT %(limit)s::int
     FOR UPDATE SKIP LOCKED
-)
+), swept AS (
 UPDATE pgjobs_job AS j
 SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
     finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
@@ -360,6 +368,8 @@ SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END
 FROM expired
 WHERE j.id = expired.id AND j.status = 'running' AND j.lease_expires_at < now()
 RETURNING j.id, j.status, j.queue
+)
+SELECT got.locked, swept.id, swept.status, swept.queue FROM got LEFT JOIN swept ON true
 """
 
 # What a dry run of the sweep would touch, without locking or changing anything.
@@ -370,8 +380,7 @@ FROM pgjobs_job
 WHERE status = 'running' AND lease_expires_at < now()
 """
 
-# One sweeper at a time, per database: a *transaction*-level advisory lock, released at commit, so
-# it is safe behind PgBouncer's transaction pooling (a session lock could outlive its owner there).
+# The sweep's lock, for tests and tools that want to hold it.
 TRY_SWEEP_LOCK = "SELECT pg_try_advisory_xact_lock(%(key)s::bigint)"
 
 # Retention: delete finished jobs in bounded batches; each batch is its own short transaction. The
@@ -603,23 +612,30 @@ def _attnames() -> tuple[str, ...]:
 class Store:
     """The state machine's statements on one database alias. ``Job.objects`` builds one per call."""
 
-    def __init__(self, alias: str) -> None:
+    def __init__(self, alias: str, *, wrapper: Any = None) -> None:
         self.alias = alias
+        #: A private connection (a worker thread's own, see worker.connections); by default the
+        #: Django connection of ``alias`` in the calling thread, so statements join its transaction.
+        self.wrapper = wrapper
 
     # -- plumbing ---------------------------------------------------------------------------------
     def _run(self, statement: str, params: Mapping[str, Any]) -> list[tuple]:
-        wrapper = connections[self.alias]
+        wrapper = self.wrapper or connections[self.alias]
         wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
         with wrapper.wrap_database_errors:
             raw = _Cursor(wrapper.connection)
-            raw.prepare = _Preparing.of(wrapper.connection).decide(statement, wrapper)
+            # With queries logged (DEBUG, assertNumQueries, the debug toolbar) nothing is prepared:
+            # psycopg keeps no query text for a prepared run, and the log would show nothing.
+            raw.prepare = not wrapper.queries_logged and _Preparing.of(wrapper.connection).decide(
+                statement, wrapper
+            )
             # As Django's create_cursor: a TIME_ZONE changed since connecting applies per cursor.
             tzloader = wrapper.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
             if wrapper.timezone != tzloader.timezone:
                 register_tzloader(wrapper.timezone, raw)
             # Django's wrapper: its error translation, execute_wrapper() hooks, the query log.
-            cursor = wrapper._prepare_cursor(raw)  # type: ignore[attr-defined]
+            cursor = wrapper._prepare_cursor(raw)  # type: ignore[union-attr]
         with cursor:
             try:
                 cursor.execute(statement, params)
@@ -713,6 +729,10 @@ class Store:
         All-or-nothing: the batches run in one transaction (or the caller's), so a conflict or bad
         input anywhere writes nothing.
         """
+        if self.wrapper is not None:
+            raise PgJobsError(
+                "enqueue_many runs in the caller's transaction: use Job.objects, not a private store"
+            )
         prepared = [job_parameters(j) for j in jobs]
         results: list[Enqueued] = []
         with transaction.atomic(using=self.alias):
@@ -928,17 +948,23 @@ class Store:
         With ``lock`` only one process per database sweeps at a time (transaction-level advisory
         lock); the others return ``SweepResult(ran=False)`` at once.
         """
-        with transaction.atomic(using=self.alias):
-            if lock and not self._run(TRY_SWEEP_LOCK, {"key": SWEEP_LOCK_KEY})[0][0]:
-                return SweepResult(ran=False)
-            rows = self._run(
-                SWEEP, self._params(limit=limit, outcome="lease expired", message="lease expired")
-            )
-            self._wake(r[2] for r in rows if r[1] == "ready")
+        rows = self._run(
+            SWEEP,
+            self._params(
+                limit=limit,
+                use_lock=lock,
+                key=SWEEP_LOCK_KEY,
+                outcome="lease expired",
+                message="lease expired",
+            ),
+        )
+        if not rows[0][0]:
+            return SweepResult(ran=False)
+        self._wake(r[3] for r in rows if r[2] == "ready")
         return SweepResult(
             ran=True,
-            to_ready=sorted(r[0] for r in rows if r[1] == "ready"),
-            to_dead=sorted(r[0] for r in rows if r[1] == "dead"),
+            to_ready=sorted(r[1] for r in rows if r[2] == "ready"),
+            to_dead=sorted(r[1] for r in rows if r[2] == "dead"),
         )
 
     def sweep_preview(self) -> tuple[int, int]:

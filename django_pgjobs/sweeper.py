@@ -27,6 +27,7 @@ from django.utils import timezone
 
 from .conf import get_settings
 from .models import Job
+from .store import Store
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -97,6 +98,7 @@ def run_sweep(
     lock: bool = True,
     batch_size: int | None = None,
     max_batches: int = 100,
+    store: Store | None = None,
 ) -> SweepReport:
     """Run one pass: expired leases back to ``ready`` (or ``dead`` when their attempts are spent),
     then delete ``done``/``dead`` jobs past their retention age.
@@ -104,10 +106,12 @@ def run_sweep(
     ``dry_run`` only counts (no locks, no writes). ``prune=False`` skips retention. ``lock=False``
     sweeps even while another process holds the sweep lock (correct, just duplicated effort).
     ``max_batches`` bounds each of the three steps, so a worker's periodic sweep never stalls its
-    claim loop for long; anything left is picked up by the next pass.
+    claim loop for long; anything left is picked up by the next pass. ``store``: the connection to
+    write on (a worker's own); by default the calling thread's Django connection.
     """
     s = get_settings()
     manager = Job.objects.db_manager(s.DATABASE)
+    writer = store or manager.store  # a worker passes its own bounded connection
     batch = batch_size or s.BATCH_SIZE
     report = SweepReport(
         dry_run=dry_run,
@@ -126,7 +130,7 @@ def run_sweep(
         return report
 
     for _ in range(max_batches):
-        result = manager.sweep(limit=batch, lock=lock)
+        result = writer.sweep(limit=batch, lock=lock)
         if not result.ran:
             # Another sweeper holds the lock (maybe it took over mid-pass): it does the rest.
             report.locked_out = True
@@ -144,7 +148,7 @@ def run_sweep(
         total = 0
         for _ in range(max_batches):
             # Each prune is one autocommit statement: its own short transaction.
-            deleted = manager.prune(status, age, limit=batch)
+            deleted = writer.prune(status, age, limit=batch)
             total += deleted
             if deleted < batch:
                 break

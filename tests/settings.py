@@ -54,6 +54,16 @@ DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGJOBS_TEST_DB_NAME", "t
 # Worker processes started by the tests connect straight to the test database the suite created.
 if os.environ.get("PGJOBS_WORKER_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
+# ... possibly through a proxy the test controls (tests/proxy.py).
+if os.environ.get("PGJOBS_WORKER_DB_HOST"):
+    DATABASES["default"] = {
+        **DATABASES["default"],
+        "ENGINE": "django.db.backends.postgresql",  # the proxy is plain TCP, embedded server or not
+        "USER": DATABASES["default"].get("USER") or "postgres",
+        "HOST": os.environ["PGJOBS_WORKER_DB_HOST"],
+        "PORT": os.environ["PGJOBS_WORKER_DB_PORT"],
+    }
+    DATABASES["default"].pop("EMBEDDED", None)
 # A second alias for the same database, so tests can put jobs on PGJOBS["DATABASE"] = "jobs" and
 # check that nothing then looks for them on "default".
 DATABASES["jobs"] = {**DATABASES["default"], "TEST": {"MIRROR": "default"}}

@@ -114,7 +114,14 @@ def test_claim_from_every_queue_uses_the_partial_claim_any_index():
 
 def test_sweep_uses_the_partial_running_index():
     _fill()
-    params = {"limit": 1000, "message": "lease expired", "outcome": "lease expired", "history_limit": 25}
+    params = {
+        "limit": 1000,
+        "message": "lease expired",
+        "outcome": "lease expired",
+        "history_limit": 25,
+        "use_lock": True,
+        "key": 1,
+    }
     _assert_uses(sql.SWEEP, params, "pgjobs_job_running_idx")
     assert Job.objects.sweep_preview() == (RUNNING_ROWS // 2, 0)
 

@@ -194,3 +194,61 @@ def two_runs(context: JobContext, first: float, then: float) -> dict[str, Any]:
     time.sleep(first if context.attempt == 1 else then)
     _record("two-runs-end", context.job_id, context.attempt)
     return {"attempt": context.attempt, "pid": os.getpid()}
+
+
+class UnprintableError(Exception):
+    """An exception whose message cannot even be computed."""
+
+    def __str__(self) -> str:
+        raise RuntimeError("__str__ of UnprintableError failed")
+
+
+@job(name="tests.poison", takes_context=True, max_attempts=3, backoff=lambda attempt, exc: 0.0)
+def poison(context: JobContext, kind: str) -> None:
+    """Fails in the ways that used to break the code recording the failure."""
+    _record("poison", context.job_id, f"{kind}:{context.attempt}")
+    if kind == "unprintable":
+        raise UnprintableError()
+    if kind == "surrogate":
+        raise ValueError("a lone surrogate: \ud800")
+    raise RuntimeError("a NUL byte: before\x00after")
+
+
+@job(name="tests.leaves_thread", takes_context=True)
+def leaves_thread(context: JobContext, seconds: float, kind: str = "thread") -> str:
+    """Starts a thread that outlives it and is never joined: a plain non-daemon thread, or a
+    ThreadPoolExecutor's (joined at interpreter exit). The process must still exit when stopped."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    if kind == "thread":
+        threading.Thread(target=time.sleep, args=(seconds,), name="handler-leftover", daemon=False).start()
+    else:
+        ThreadPoolExecutor(thread_name_prefix="handler-pool").submit(time.sleep, seconds)
+    _record("leaves-thread", context.job_id)
+    return "left a thread"
+
+
+@job(name="tests.leaves_transaction", takes_context=True)
+def leaves_transaction(context: JobContext, how: str) -> str:
+    """Leaves its thread's connection in a transaction (autocommit off, or an atomic block it
+    never exits), with an uncommitted side effect the worker must roll back."""
+    from django.db import transaction
+
+    if how == "autocommit":
+        transaction.set_autocommit(False)
+    else:
+        transaction.atomic().__enter__()
+    _record("uncommitted", context.job_id)
+    return how
+
+
+@job(name="tests.sleep_then_mark", takes_context=True)
+def sleep_then_mark(context: JobContext, seconds: float, path: str) -> int:
+    """Records its start in the database, sleeps, then notes its end in a file: the end is seen
+    even while the database is unreachable."""
+    _record("sleep-start", context.job_id, seconds)
+    time.sleep(seconds)
+    with open(path, "a") as f:
+        f.write(f"{context.job_id}\n")
+    return context.attempt

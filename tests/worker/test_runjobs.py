@@ -23,14 +23,14 @@ def status_of(job_id: int) -> str:
 
 def test_success_stores_result_and_history(workers):
     job = jobs.echo.using(idempotency_key="echo:1").enqueue({"n": [1, 2.5, "é"]})
-    worker = workers("--burst")
+    worker = workers("--burst", "-v", "2")  # per-job lines are one -v away
     assert worker.wait() == 0, worker.output()
     job.refresh_from_db()
     assert job.status == "done"
     assert job.result == {"echo": {"n": [1, 2.5, "é"]}, "attempt": 1, "key": "echo:1"}
     assert job.attempts == 1 and job.finished_at and job.locked_by is None
     assert [h["outcome"] for h in job.history] == ["done"]
-    assert f"job {job.id} tests.echo queue=default attempt=1/5 done" in worker.output()
+    assert f"job {job.id} tests.echo queue=default attempt=1/5 done after " in worker.output()
 
 
 def test_failure_then_retry_then_success(workers):
@@ -58,7 +58,7 @@ def test_exhaustion_ends_dead_with_error_and_history(workers):
 
 def test_unknown_task_fails_clearly_and_follows_retry_policy(workers):
     job, _ = Job.objects.enqueue("deployed.elsewhere", {"args": [], "kwargs": {}}, max_attempts=2)
-    worker = workers("--burst")
+    worker = workers("--burst", "-v", "2")
     assert worker.wait() == 0, worker.output()
     job.refresh_from_db()
     # First attempt failed and was scheduled for a retry (a rolling deploy may bring the handler).

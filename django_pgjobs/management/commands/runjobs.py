@@ -8,7 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_pgjobs.worker import Worker, WorkerOptions, default_worker_id
+from django_pgjobs.worker import Worker, WorkerOptions, default_worker_id, exit_process
 
 
 def configure_logging(verbosity: int) -> None:
@@ -31,8 +31,9 @@ class Command(BaseCommand):
             "-q",
             action="append",
             dest="queues",
-            metavar="NAME",
-            help="Queue to work on (repeatable). Default: every queue.",
+            metavar="NAME[:LIMIT]",
+            help="Queue to work on (repeatable), optionally with the most of its jobs this process runs at "
+            "once (mail:4). Default: every queue.",
         )
         parser.add_argument("--concurrency", "-c", type=int, default=1, help="Jobs at once (threads).")
         parser.add_argument(
@@ -65,8 +66,8 @@ class Command(BaseCommand):
             if slot is not None:
                 worker_id = f"{base_id}-{slot}" if base_id else default_worker_id()
             return Worker(
-                WorkerOptions(
-                    queues=tuple(options["queues"]) if options["queues"] else None,
+                WorkerOptions.from_queue_args(
+                    options["queues"],
                     concurrency=options["concurrency"],
                     burst=options["burst"],
                     max_jobs=options["max_jobs"],
@@ -93,5 +94,5 @@ class Command(BaseCommand):
                 options["shutdown_timeout"],
                 restart_clean_exits=not (options["burst"] or options["max_jobs"]),
             ).run()
-        if code:
-            sys.exit(code)
+        # A handler's leftover non-daemon thread must not keep a stopped worker alive.
+        exit_process(code)
