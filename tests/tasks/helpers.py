@@ -1,0 +1,52 @@
+"""Shared by the backend tests: signal capture and one attempt driven through the job manager."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.dispatch import Signal
+
+from django_pgjobs.models import Job
+from django_pgjobs.registry import JobContext, get_handler
+
+WORKER = "test-worker:1"
+
+
+@contextmanager
+def captured(*signals: Signal) -> Iterator[list[tuple[str, type, Any, Any]]]:
+    """(signal name, sender, status at send time, exception being handled) for each send."""
+    import sys
+
+    from django_pgjobs.tasks.compat import task_enqueued, task_finished, task_started
+
+    names = {id(task_enqueued): "enqueued", id(task_started): "started", id(task_finished): "finished"}
+    seen: list[tuple[str, type, Any, Any]] = []
+    receivers = []
+    for signal in signals:
+
+        def receive(sender: type, task_result: Any, signal: Signal = signal, **kwargs: Any) -> None:
+            exc = sys.exc_info()[1]
+            seen.append((names[id(signal)], sender, task_result.status, exc))
+
+        signal.connect(receive, weak=False)
+        receivers.append((signal, receive))
+    try:
+        yield seen
+    finally:
+        for signal, receive in receivers:
+            signal.disconnect(receive)
+
+
+def claim(job_id: int, worker: str = WORKER, lease: float = 60.0) -> Job:
+    """Claim exactly this job (the test's only ready one) the way a worker does."""
+    claimed = Job.objects.claim(None, worker, limit=1, lease=lease)
+    assert [j.id for j in claimed] == [job_id], claimed
+    return claimed[0]
+
+
+def run_claimed(job: Job, worker: str = WORKER) -> Any:
+    """What the worker's job thread does with a claim: the registered handler's ``run``."""
+    handler = get_handler(job.task)
+    return handler.run(JobContext.for_job(job, worker), job.args, job.kwargs)
