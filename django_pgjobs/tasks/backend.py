@@ -66,17 +66,15 @@ class PgJobsBackend(BaseTaskBackend):
         ``InvalidTask``.
         """
         super().validate_task(task)
-        self._handler_for(task)
-
-    def _handler_for(self, task: Task) -> TaskHandler:
         try:
             # The same option checks as the enqueue itself (queue name, max_attempts, key...).
             normalise(self._new_job(task.module_path, {}, task))
-            return self._register(task)
-        except (InvalidJob, DuplicateTaskName, TypeError, ValueError) as exc:
+        except InvalidJob as exc:
             raise InvalidTask(f"task {task.module_path!r}: {exc}") from exc
+        self._handler_for(task)
 
-    def _register(self, task: Task) -> TaskHandler:
+    def _handler_for(self, task: Task) -> TaskHandler:
+        """The registered handler of this task's definition; registers it if it is new."""
         try:
             existing = get_handler(task.module_path)
         except UnknownTask:
@@ -85,8 +83,11 @@ class PgJobsBackend(BaseTaskBackend):
             existing.task
         ) == TaskHandler.definition_of(task):
             return existing
-        handler = TaskHandler(task, self)
-        register(handler)  # DuplicateTaskName when a @job already has this name
+        try:
+            handler = TaskHandler(task, self)  # checks backoff, lease, timeout
+            register(handler)  # DuplicateTaskName when a @job already has this name
+        except (DuplicateTaskName, TypeError, ValueError) as exc:
+            raise InvalidTask(f"task {task.module_path!r}: {exc}") from exc
         return handler
 
     # -- enqueue ------------------------------------------------------------------------------------
@@ -97,8 +98,11 @@ class PgJobsBackend(BaseTaskBackend):
         With an idempotency key that already has a job, that job's result comes back (its status
         may be anything) and ``task_enqueued`` is not sent again.
         """
-        self.validate_task(task)  # again: settings may have changed since the Task was created
-        handler: TaskHandler = get_handler(task.module_path)  # type: ignore[assignment]
+        # Django's rules again (settings may have changed since the Task was created, as Django's
+        # own backends assume); the queue's own option checks run inside Job.objects.enqueue, so
+        # they are not repeated here (this is the enqueue hot path).
+        super().validate_task(task)
+        handler = self._handler_for(task)
         payload = handler.payload_for(tuple(args), dict(kwargs))
         job, created = self._enqueue_job(handler.name, payload, task)
         result = result_from_job(job, handler.task, self.alias)

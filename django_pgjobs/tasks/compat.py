@@ -18,7 +18,7 @@ from . import FRAMEWORK, MISSING_MESSAGE
 
 if TYPE_CHECKING:
     # Type-check against Django's own API (django-stubs); the backport mirrors it.
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, signals, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import (
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 elif FRAMEWORK == "django.tasks":
-    from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
+    from django.tasks import TaskContext, TaskResult, TaskResultStatus, signals, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import (
@@ -42,7 +42,7 @@ elif FRAMEWORK == "django.tasks":
     from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 elif FRAMEWORK == "django_tasks":
-    from django_tasks import TaskContext, TaskResult, TaskResultStatus, exceptions, task_backends
+    from django_tasks import TaskContext, TaskResult, TaskResultStatus, exceptions, signals, task_backends
     from django_tasks.backends.base import BaseTaskBackend
     from django_tasks.base import Task, TaskError
     from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
@@ -56,7 +56,15 @@ elif FRAMEWORK == "django_tasks":
 else:
     raise ImportError(MISSING_MESSAGE)
 
+#: The framework's own receivers (they log id, path and status, nothing else), by signal. A run
+#: nobody else listens to can skip reading the row (see handler.TaskHandler._running_result).
+BUILTIN_RECEIVERS = {
+    id(task_started): getattr(signals, "log_task_started", None),
+    id(task_finished): getattr(signals, "log_task_finished", None),
+}
+
 __all__ = [
+    "BUILTIN_RECEIVERS",
     "FRAMEWORK",
     "BaseTaskBackend",
     "InvalidTask",

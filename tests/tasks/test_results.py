@@ -239,6 +239,38 @@ def test_a_backoff_that_gives_up_finishes_failed_and_tells_the_worker_the_same(m
     assert calls == [1]  # asked once
 
 
+def test_a_run_nobody_observes_reads_nothing_and_one_that_is_observed_reads_the_row(
+    django_assert_num_queries,
+):
+    """Only the framework's logging receivers listen: the run needs no query (and so no database
+    connection for a task that does not use one). A receiver of our own sees the full result."""
+    job = claim(int(t.calculate_meaning_of_life.enqueue().id))
+    with django_assert_num_queries(0):
+        assert run_claimed(job) == 42
+    job = claim(int(t.calculate_meaning_of_life.enqueue().id))
+    with captured(task_started), django_assert_num_queries(1):
+        run_claimed(job)
+    job = claim(int(t.calculate_meaning_of_life.enqueue().id))
+    with captured(task_finished), django_assert_num_queries(1):
+        run_claimed(job)
+
+
+def test_what_a_receiver_of_our_own_sees_is_the_stored_state():
+    result = t.calculate_meaning_of_life.enqueue()
+    job = claim(int(result.id), worker="seen-by")
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((task_result.enqueued_at, task_result.started_at, task_result.worker_ids))
+
+    task_started.connect(receiver, sender=PgJobsBackend)
+    try:
+        run_claimed(job, worker="seen-by")
+    finally:
+        task_started.disconnect(receiver, sender=PgJobsBackend)
+    assert seen == [(db_now(), db_now(), ["seen-by"])]
+
+
 @pytest.mark.usefixtures("clean_executions")
 def test_context_has_the_attempt_and_the_running_result():
     result = t.get_context.enqueue()

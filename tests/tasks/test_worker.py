@@ -75,18 +75,24 @@ def test_outcomes_of_a_burst(workers):
     for r in (failing, complex_, flaky, async_noop, async_context, context, tuple_, unstorable, deferred):
         r.refresh()
 
-    assert failing.status == TaskResultStatus.FAILED
+    def seen(r):  # what a failed assertion shows: the result, its errors and the worker's log
+        return (r.task.name, r.status, r.attempts, [e.traceback for e in r.errors], worker.output())
+
+    assert failing.status == TaskResultStatus.FAILED, seen(failing)
     assert failing.errors[0].exception_class is ValueError
     assert failing.errors[0].traceback.endswith("ValueError: This task failed due to ValueError\n")
     assert failing.finished_at >= failing.started_at >= failing.enqueued_at
     assert 'ValueError(ValueError("This task failed"))' in complex_.errors[0].traceback
 
-    assert flaky.status == TaskResultStatus.SUCCESSFUL and flaky.return_value == 2
+    assert flaky.status == TaskResultStatus.SUCCESSFUL, seen(flaky)
+    assert flaky.return_value == 2
     assert flaky.attempts == 2 and flaky.worker_ids == ["tasks-burst", "tasks-burst"]
     assert [e.exception_class for e in flaky.errors] == [RuntimeError]
     assert [int(v) for _, _, v, _ in executions("flaky")] == [1, 2]
 
-    assert async_noop.status == TaskResultStatus.SUCCESSFUL and async_noop.return_value is None
+    assert async_noop.status == TaskResultStatus.SUCCESSFUL, seen(async_noop)
+    assert async_noop.return_value is None
+    assert async_context.status == TaskResultStatus.SUCCESSFUL, seen(async_context)
     assert async_context.return_value == {"attempt": 1, "label": "a"}
     assert [v for _, _, v, _ in executions("async")] == ["a"]
     assert context.return_value == {
@@ -96,10 +102,11 @@ def test_outcomes_of_a_burst(workers):
         "worker_ids": ["tasks-burst"],
         "started": True,
     }
+    assert tuple_.status == TaskResultStatus.SUCCESSFUL, seen(tuple_)
     assert tuple_.return_value == [1, "two"]
-    assert unstorable.status == TaskResultStatus.FAILED
+    assert unstorable.status == TaskResultStatus.FAILED, seen(unstorable)
     assert unstorable.errors[0].exception_class is TypeError
-    assert deferred.status == TaskResultStatus.READY and deferred.attempts == 0
+    assert (deferred.status, deferred.attempts) == (TaskResultStatus.READY, 0), seen(deferred)
 
     forged_row = Job.objects.get(pk=forged.id)
     assert forged_row.status == "dead" and "no handler registered" in forged_row.last_error
