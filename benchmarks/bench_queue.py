@@ -94,6 +94,7 @@ COMPLETE_BATCH_SQL = COMPLETE_SQL.replace("WHERE id = %s", "WHERE id = ANY(%s)")
 
 PAYLOAD = {"args": [], "kwargs": {}}  # what ``noop.enqueue()`` stores
 TASK = "bench.noop"
+TASKS_TASK = "benchmarks.tasks.noop_task"  # the @task's registry name (its module path)
 RAW_WORKER = "bench:raw"
 
 
@@ -220,10 +221,79 @@ class Bench:
             Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
         return self.n / (time.perf_counter() - start)
 
-    def check_enqueued(self, table: str) -> None:
+    def check_enqueued(self, table: str, expected: int | None = None) -> None:
         count = self.raw.execute(f"SELECT count(*) FROM {table} WHERE status = 'ready'").fetchone()[0]
-        if count != self.n:
-            raise SystemExit(f"expected {self.n} ready rows in {table}, found {count}")
+        expected = self.n if expected is None else expected
+        if count != expected:
+            raise SystemExit(f"expected {expected} ready rows in {table}, found {count}")
+
+    def task_vs_job_enqueue(self, rounds: int = 10) -> tuple[float, float]:
+        """(jobs/s through ``noop_task.enqueue()``, the django.tasks backend; jobs/s through our own
+        ``noop.enqueue()``), ``self.n`` of each, alternating in ``rounds`` slices so that both see
+        the same table size and the same machine noise."""
+        from benchmarks.jobs import noop
+        from benchmarks.tasks import noop_task
+
+        per_round = chunks(self.n, max(1, self.n // rounds))
+        spent = {"task": 0.0, "job": 0.0}
+        for index, count in enumerate(per_round):
+            # Which goes first alternates too, so neither always follows the other's autovacuum.
+            for kind in ("job", "task") if index % 2 else ("task", "job"):
+                call = noop_task.enqueue if kind == "task" else noop.enqueue
+                start = time.perf_counter()
+                for _ in range(count):
+                    call()
+                spent[kind] += time.perf_counter() - start
+        return self.n / spent["task"], self.n / spent["job"]
+
+    def enqueue_tasks(self) -> None:
+        from django_pgjobs.tasks import FRAMEWORK
+
+        if FRAMEWORK is None:
+            self.notes.append("django.tasks backend: skipped (no tasks framework installed)")
+            return
+        import django
+
+        self.reset()
+        self.log("enqueue, one per call: django.tasks backend vs our own enqueue (alternating)")
+        tasks, jobs = self.task_vs_job_enqueue()
+        self.check_enqueued("pgjobs_job", 2 * self.n)
+        self.rows.append(
+            Row(
+                "enqueue via django.tasks backend, 1 per call (jobs/s)",
+                tasks,
+                jobs,
+                "noop.enqueue() (ours)",
+                "/s",
+            )
+        )
+        self.notes.append(
+            f"django.tasks backend row: {FRAMEWORK} on Django {django.get_version()}; its baseline is our "
+            "own @job enqueue, alternated with it in 10 slices (target: ratio >= 0.90)"
+        )
+
+    def drain_tasks(self) -> None:
+        """A drain of no-op @task jobs next to the same drain of @job jobs: the worker-side cost of
+        the adapter (one query for the attempt history, two signals, normalisation)."""
+        from django_pgjobs.tasks import FRAMEWORK
+
+        if FRAMEWORK is None:
+            self.notes.append("django.tasks drain: skipped (no tasks framework installed)")
+            return
+        for label, args in (("runjobs -c 1", ["-c", "1"]), ("runjobs -c 8", ["-c", "8"])):
+            self.log(f"drain {label}: @job no-ops")
+            _, job_span = self.ours_drain(args)
+            self.log(f"drain {label}: @task no-ops")
+            _, task_span = self.ours_drain(args, task=TASKS_TASK)
+            self.rows.append(
+                Row(
+                    f"drain @task {label}, first start->last finish",
+                    task_span,
+                    job_span,
+                    "@job drain (ours)",
+                    "/s",
+                )
+            )
 
     def enqueue(self) -> None:
         for label, raw, ours, base_label in (
@@ -248,6 +318,7 @@ class Bench:
             mine = ours()
             self.check_enqueued("pgjobs_job")
             self.rows.append(Row(f"{label} (jobs/s)", mine, base, base_label, "/s"))
+        self.enqueue_tasks()
 
     # -- drain ------------------------------------------------------------------------------------
     def raw_drain(self, batch: bool) -> float:
@@ -278,14 +349,14 @@ class Bench:
             raise SystemExit(f"raw drain: {done} done, {left} not done")
         return self.n / elapsed
 
-    def ours_drain(self, args: list[str]) -> tuple[float, float]:
+    def ours_drain(self, args: list[str], task: str = TASK) -> tuple[float, float]:
         """(jobs/s from process start to exit, jobs/s from the first start to the last finish)."""
         from django_pgjobs.managers import NewJob
         from django_pgjobs.models import Job
 
         self.reset()
         for count in chunks(self.n, 5000):
-            Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
+            Job.objects.enqueue_many([NewJob(task, PAYLOAD) for _ in range(count)])
         from django.db import connection
 
         connection.close()
@@ -495,7 +566,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument(
         "--only",
-        choices=("enqueue", "drain", "wakeup"),
+        choices=("enqueue", "drain", "wakeup", "tasks"),
         action="append",
         help="Run only these parts (repeatable).",
     )
@@ -504,14 +575,21 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="Run our side with OPTIONS server_side_binding=True (prepared statements).",
     )
+    parser.add_argument(
+        "--conn-max-age",
+        type=float,
+        help="CONN_MAX_AGE for our side (default Django's 0: a job that used the database reconnects).",
+    )
     parser.add_argument("--verbose", "-v", action="store_true", help="Show the workers' output.")
     args = parser.parse_args(argv)
     n = 2000 if args.quick else args.jobs
     samples = 50 if args.quick else args.latency_samples
-    parts = args.only or ["enqueue", "drain", "wakeup"]
+    parts = args.only or ["enqueue", "drain", "wakeup", "tasks"]
 
     if args.server_side_binding:
         os.environ["PGJOBS_BENCH_SERVER_SIDE_BINDING"] = "1"
+    if args.conn_max_age is not None:
+        os.environ["PGJOBS_BENCH_CONN_MAX_AGE"] = str(args.conn_max_age)
     recreate_database(args.database_url, args.db_name)
     bench = Bench(server_url(args.database_url, args.db_name), n, samples, args.verbose)
     bench.setup()
@@ -530,6 +608,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "wakeup" in parts:
         bench.wakeup()
+    if "tasks" in parts:
+        if "enqueue" not in parts:
+            bench.enqueue_tasks()
+        bench.drain_tasks()
 
     with psycopg.connect(bench.db_url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
