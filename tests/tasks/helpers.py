@@ -1,4 +1,7 @@
-"""Shared by the backend tests: signal capture and one attempt driven through the job manager."""
+"""Shared by the backend tests: signal capture, and attempts driven through the job manager.
+
+Every call that moves a job between states is here (claim, complete, fail, release, sweep, cancel,
+retry), so the tests follow a change of the manager's API in one place."""
 
 from __future__ import annotations
 
@@ -50,3 +53,47 @@ def run_claimed(job: Job, worker: str = WORKER) -> Any:
     """What the worker's job thread does with a claim: the registered handler's ``run``."""
     handler = get_handler(job.task)
     return handler.run(JobContext.for_job(job, worker), job.args, job.kwargs)
+
+
+def complete(job: Job, value: Any, worker: str = WORKER) -> None:
+    assert Job.objects.complete(job.id, worker, job.attempts, value)
+
+
+def fail(job: Job, exc: BaseException, retry_in: float | None, worker: str = WORKER) -> str:
+    """Record a failed attempt the way the worker does (class path without 'builtins.'); returns
+    the job's new status."""
+    import traceback
+
+    try:
+        raise exc
+    except BaseException:
+        text = traceback.format_exc()
+    error_class = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
+    outcome = Job.objects.fail(
+        job.id,
+        worker,
+        job.attempts,
+        error_class=error_class,
+        message=str(exc),
+        traceback=text,
+        retry_in=retry_in,
+    )
+    assert outcome is not None
+    return outcome.status
+
+
+def release(job: Job, worker: str = WORKER) -> None:
+    assert Job.objects.release(worker, [(job.id, job.attempts)], "shutdown") == {job.id}
+
+
+def sweep_expired() -> list[int]:
+    """One sweep pass; the ids that went dead."""
+    return Job.objects.sweep(lock=False).to_dead
+
+
+def cancel(job_id: int, by: str) -> None:
+    assert Job.objects.cancel([job_id], by=by) == [job_id]
+
+
+def retry(job_id: int, by: str) -> None:
+    assert Job.objects.retry([job_id], by=by) == [job_id]

@@ -22,7 +22,18 @@ from django_pgjobs.tasks.compat import (
 )
 from django_pgjobs.tasks.mapping import UNKNOWN_WORKER
 from tests.helpers import db_now
-from tests.tasks.helpers import WORKER, captured, claim, run_claimed
+from tests.tasks.helpers import (
+    WORKER,
+    cancel,
+    captured,
+    claim,
+    complete,
+    fail,
+    release,
+    retry,
+    run_claimed,
+    sweep_expired,
+)
 from tests.tasks.taskapp import tasks as t
 
 pytestmark = pytest.mark.django_db
@@ -30,28 +41,6 @@ pytestmark = pytest.mark.django_db
 
 def backend() -> PgJobsBackend:
     return task_backends["default"]  # type: ignore[return-value]
-
-
-def fail_attempt(job: Job, exc: BaseException, retry_in: float | None, worker: str = WORKER) -> str:
-    """Record a failed attempt the way the worker does (class path without 'builtins.')."""
-    import traceback
-
-    try:
-        raise exc
-    except BaseException:
-        text = traceback.format_exc()
-    error_class = f"{type(exc).__module__}.{type(exc).__qualname__}".removeprefix("builtins.")
-    outcome = Job.objects.fail(
-        job.id,
-        worker,
-        job.attempts,
-        error_class=error_class,
-        message=str(exc),
-        traceback=text,
-        retry_in=retry_in,
-    )
-    assert outcome is not None
-    return outcome.status
 
 
 # -- every state ---------------------------------------------------------------------------------
@@ -79,7 +68,7 @@ def test_running_result(django_assert_num_queries):
 def test_successful_result():
     result = t.calculate_meaning_of_life.enqueue()
     job = claim(int(result.id))
-    assert Job.objects.complete(job.id, WORKER, job.attempts, 42)
+    complete(job, 42)
     async_to_sync(result.arefresh)()
     assert result.status == TaskResultStatus.SUCCESSFUL and result.is_finished
     assert result.return_value == 42
@@ -90,7 +79,7 @@ def test_successful_result():
 def test_failed_attempt_with_a_retry_scheduled_is_ready_with_its_error():
     result = t.failing_task_value_error.enqueue()
     job = claim(int(result.id))
-    assert fail_attempt(job, ValueError("This task failed due to ValueError"), retry_in=600) == "ready"
+    assert fail(job, ValueError("This task failed due to ValueError"), retry_in=600) == "ready"
     result.refresh()
     assert result.status == TaskResultStatus.READY and not result.is_finished
     assert result.finished_at is None
@@ -106,9 +95,7 @@ def test_failed_for_good_after_every_attempt():
     result = t.failing_task_value_error.using(max_attempts=2).enqueue()
     for n, worker in enumerate(["w-a", "w-b"], start=1):
         job = claim(int(result.id), worker=worker)
-        assert fail_attempt(job, ValueError(f"no {n}"), retry_in=0, worker=worker) == (
-            "ready" if n == 1 else "dead"
-        )
+        assert fail(job, ValueError(f"no {n}"), retry_in=0, worker=worker) == ("ready" if n == 1 else "dead")
     result.refresh()
     assert result.status == TaskResultStatus.FAILED and result.is_finished
     with pytest.raises(ValueError, match="Task failed"):
@@ -126,7 +113,7 @@ def test_exception_classes_resolve_builtin_and_dotted():
         (InvalidJob("bad"), "django_pgjobs.exceptions.InvalidJob"),
     ):
         result = t.noop_task.using(max_attempts=1).enqueue()
-        fail_attempt(claim(int(result.id)), exc, retry_in=None)
+        fail(claim(int(result.id)), exc, retry_in=None)
         [error] = backend().get_result(result.id).errors
         assert (error.exception_class_path, error.exception_class) == (path, type(exc))
 
@@ -134,8 +121,7 @@ def test_exception_classes_resolve_builtin_and_dotted():
 def test_lease_expired_is_an_error_naming_the_lost_worker():
     result = t.noop_task.using(max_attempts=1).enqueue()
     claim(int(result.id), worker="vanished:9", lease=-1)  # a lease already in the past
-    swept = Job.objects.sweep(lock=False)
-    assert swept.to_dead == [int(result.id)]
+    assert sweep_expired() == [int(result.id)]
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     [error] = result.errors
@@ -146,7 +132,7 @@ def test_lease_expired_is_an_error_naming_the_lost_worker():
 
 def test_cancelled_job_is_failed_with_a_cancellation_error():
     result = t.noop_task.enqueue()
-    assert Job.objects.cancel([int(result.id)], by="alice") == [int(result.id)]
+    cancel(int(result.id), by="alice")
     result.refresh()
     assert result.status == TaskResultStatus.FAILED
     assert result.worker_ids == [] and result.started_at is None
@@ -156,8 +142,8 @@ def test_cancelled_job_is_failed_with_a_cancellation_error():
 
 def test_operator_retry_starts_a_fresh_budget_but_keeps_the_errors():
     result = t.noop_task.using(max_attempts=1).enqueue()
-    fail_attempt(claim(int(result.id)), RuntimeError("boom"), retry_in=None)
-    assert Job.objects.retry([int(result.id)], by="bob") == [int(result.id)]
+    fail(claim(int(result.id)), RuntimeError("boom"), retry_in=None)
+    retry(int(result.id), by="bob")
     result.refresh()
     assert result.status == TaskResultStatus.READY
     assert result.attempts == 0 and result.worker_ids == []
@@ -170,7 +156,7 @@ def test_operator_retry_starts_a_fresh_budget_but_keeps_the_errors():
 def test_released_job_is_ready_and_the_release_is_not_an_attempt():
     result = t.noop_task.enqueue()
     job = claim(int(result.id))
-    assert Job.objects.release(WORKER, [(job.id, job.attempts)], "shutdown") == {job.id}
+    release(job)
     result.refresh()
     assert result.status == TaskResultStatus.READY
     assert (result.attempts, result.worker_ids, result.errors, result.started_at) == (0, [], [], None)
@@ -180,7 +166,7 @@ def test_released_job_is_ready_and_the_release_is_not_an_attempt():
 def test_attempts_count_stays_exact_when_the_history_was_trimmed():
     result = t.noop_task.using(max_attempts=5).enqueue()
     for n in range(1, 4):
-        fail_attempt(claim(int(result.id), worker=f"w{n}"), RuntimeError(f"e{n}"), retry_in=0, worker=f"w{n}")
+        fail(claim(int(result.id), worker=f"w{n}"), RuntimeError(f"e{n}"), retry_in=0, worker=f"w{n}")
     result.refresh()
     assert result.attempts == 3
     assert result.worker_ids == [UNKNOWN_WORKER, "w2", "w3"]
@@ -288,7 +274,7 @@ def test_context_has_the_attempt_and_the_running_result():
 def test_return_values_are_normalised_and_unstorable_ones_fail_the_run():
     job = claim(int(t.returns_tuple.enqueue().id))
     assert run_claimed(job) == [1, "two"]
-    Job.objects.complete(job.id, WORKER, job.attempts, [1, "two"])
+    complete(job, [1, "two"])
     bad = claim(int(t.returns_unstorable.enqueue().id))
     with captured(task_finished) as signals, pytest.raises(TypeError, match="Unsupported type"):
         run_claimed(bad)
