@@ -94,6 +94,7 @@ COMPLETE_BATCH_SQL = COMPLETE_SQL.replace("WHERE id = %s", "WHERE id = ANY(%s)")
 
 PAYLOAD = {"args": [], "kwargs": {}}  # what ``noop.enqueue()`` stores
 TASK = "bench.noop"
+TASKS_TASK = "benchmarks.tasks.noop_task"  # the @task's registry name (its module path)
 RAW_WORKER = "bench:raw"
 
 
@@ -212,7 +213,7 @@ class Bench:
         return self.n / (time.perf_counter() - start)
 
     def ours_enqueue_bulk(self, size: int = 1000) -> float:
-        from django_pgjobs.managers import NewJob
+        from django_pgjobs import NewJob
         from django_pgjobs.models import Job
 
         start = time.perf_counter()
@@ -265,6 +266,84 @@ class Bench:
             elapsed = time.perf_counter() - start
         return per_child * processes / elapsed
 
+    def task_vs_job_enqueue(self, rounds: int = 10) -> tuple[float, float]:
+        """(jobs/s through ``noop_task.enqueue()``, the django.tasks backend; jobs/s through our own
+        ``noop.enqueue()``), ``self.n`` of each, alternating in ``rounds`` slices so that both see
+        the same table size and the same machine noise."""
+        from benchmarks.jobs import noop
+        from benchmarks.tasks import noop_task
+
+        per_round = chunks(self.n, max(1, self.n // rounds))
+        spent = {"task": 0.0, "job": 0.0}
+        for index, count in enumerate(per_round):
+            # Which goes first alternates too, so neither always follows the other's autovacuum.
+            for kind in ("job", "task") if index % 2 else ("task", "job"):
+                call = noop_task.enqueue if kind == "task" else noop.enqueue
+                start = time.perf_counter()
+                for _ in range(count):
+                    call()
+                spent[kind] += time.perf_counter() - start
+        return self.n / spent["task"], self.n / spent["job"]
+
+    def enqueue_tasks(self) -> None:
+        from django_pgjobs.tasks import FRAMEWORK
+
+        if FRAMEWORK is None:
+            self.notes.append("django.tasks backend: skipped (no tasks framework installed)")
+            return
+        import django
+
+        self.reset()
+        self.log("enqueue, one per call: django.tasks backend vs our own enqueue (alternating)")
+        tasks, jobs = self.task_vs_job_enqueue()
+        self.check_enqueued("pgjobs_job", 2 * self.n)
+        self.rows.append(
+            Row(
+                "enqueue via django.tasks backend, 1 per call (jobs/s)",
+                tasks,
+                jobs,
+                "noop.enqueue() (ours)",
+                "/s",
+            )
+        )
+        self.notes.append(
+            f"django.tasks backend row: {FRAMEWORK} on Django {django.get_version()}; its baseline is our "
+            "own @job enqueue, alternated with it in 10 slices (target: ratio >= 0.90)"
+        )
+
+    def drain_tasks(self, rounds: int = 3) -> None:
+        """Drains of no-op @task jobs next to the same drains of @job jobs: the worker-side cost of
+        the adapter (signals, normalisation; no query unless something observes the run). Each
+        configuration runs ``rounds`` times in alternating order; the medians are reported, since
+        one drain on this shared machine can be 20 % off the next."""
+        from django_pgjobs.tasks import FRAMEWORK
+
+        if FRAMEWORK is None:
+            self.notes.append("django.tasks drain: skipped (no tasks framework installed)")
+            return
+        for label, args in (("runjobs -c 1", ["-c", "1"]), ("runjobs -c 8", ["-c", "8"])):
+            spans: dict[str, list[float]] = {TASK: [], TASKS_TASK: []}
+            for index in range(rounds):
+                for task in (TASK, TASKS_TASK) if index % 2 == 0 else (TASKS_TASK, TASK):
+                    kind = "@task" if task == TASKS_TASK else "@job"
+                    self.log(f"drain {label}: {kind} no-ops (round {index + 1} of {rounds})")
+                    spans[task].append(self.ours_drain(args, task=task)[1])
+            job_span, task_span = (statistics.median(spans[t]) for t in (TASK, TASKS_TASK))
+            self.notes.append(
+                f"drain {label} first start->last finish, each round: "
+                f"@job {', '.join(f'{s:,.0f}' for s in spans[TASK])}; "
+                f"@task {', '.join(f'{s:,.0f}' for s in spans[TASKS_TASK])} jobs/s"
+            )
+            self.rows.append(
+                Row(
+                    f"drain @task {label}, first start->last finish (median of {rounds})",
+                    task_span,
+                    job_span,
+                    "@job drain (ours)",
+                    "/s",
+                )
+            )
+
     def enqueue(self) -> None:
         for label, raw, ours, base_label in (
             (
@@ -310,6 +389,7 @@ class Bench:
                 "/s",
             )
         )
+        self.enqueue_tasks()
 
     # -- drain ------------------------------------------------------------------------------------
     def raw_drain(self, batch: bool) -> float:
@@ -340,14 +420,14 @@ class Bench:
             raise SystemExit(f"raw drain: {done} done, {left} not done")
         return self.n / elapsed
 
-    def ours_drain(self, args: list[str]) -> tuple[float, float]:
+    def ours_drain(self, args: list[str], task: str = TASK) -> tuple[float, float]:
         """(jobs/s from process start to exit, jobs/s from the first start to the last finish)."""
-        from django_pgjobs.managers import NewJob
+        from django_pgjobs import NewJob
         from django_pgjobs.models import Job
 
         self.reset()
         for count in chunks(self.n, 5000):
-            Job.objects.enqueue_many([NewJob(TASK, PAYLOAD) for _ in range(count)])
+            Job.objects.enqueue_many([NewJob(task, PAYLOAD) for _ in range(count)])
         from django.db import connection
 
         connection.close()
@@ -606,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-samples", type=int, default=200)
     parser.add_argument(
         "--only",
-        choices=("enqueue", "drain", "wakeup"),
+        choices=("enqueue", "drain", "wakeup", "tasks"),
         action="append",
         help="Run only these parts (repeatable).",
     )
@@ -614,6 +694,11 @@ def main(argv: list[str] | None = None) -> int:
         "--server-side-binding",
         action="store_true",
         help="Run our side with OPTIONS server_side_binding=True (prepared statements).",
+    )
+    parser.add_argument(
+        "--conn-max-age",
+        type=float,
+        help="CONN_MAX_AGE for our side (default Django's 0: a job that used the database reconnects).",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="Show the workers' output.")
     parser.add_argument("--enqueue-child", nargs=2, metavar=("MODE", "COUNT"), help=argparse.SUPPRESS)
@@ -623,10 +708,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     n = 2000 if args.quick else args.jobs
     samples = 50 if args.quick else args.latency_samples
-    parts = args.only or ["enqueue", "drain", "wakeup"]
+    parts = args.only or ["enqueue", "drain", "wakeup", "tasks"]
 
     if args.server_side_binding:
         os.environ["PGJOBS_BENCH_SERVER_SIDE_BINDING"] = "1"
+    if args.conn_max_age is not None:
+        os.environ["PGJOBS_BENCH_CONN_MAX_AGE"] = str(args.conn_max_age)
     recreate_database(args.database_url, args.db_name)
     bench = Bench(server_url(args.database_url, args.db_name), n, samples, args.verbose)
     bench.setup()
@@ -645,6 +732,10 @@ def main(argv: list[str] | None = None) -> int:
         )
     if "wakeup" in parts:
         bench.wakeup()
+    if "tasks" in parts:
+        if "enqueue" not in parts:
+            bench.enqueue_tasks()
+        bench.drain_tasks()
 
     with psycopg.connect(bench.db_url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]

@@ -13,5 +13,7 @@ class PgJobsConfig(AppConfig):
         from . import checks  # noqa: F401  (registers system checks)
 
         # Like admin autodiscovery: every installed app's jobs.py registers its handlers, so a
-        # worker knows every task name before it claims anything.
-        autodiscover_modules("jobs")
+        # worker knows every task name before it claims anything. tasks.py is where Django's
+        # tasks framework puts @task functions; importing it registers those that use
+        # django_pgjobs.tasks.PgJobsBackend (the backend records each Task it validates).
+        autodiscover_modules("jobs", "tasks")

@@ -4,6 +4,13 @@ import os
 
 from django_pgjobs.embedded import database_settings
 
+
+def _tasks_framework() -> str | None:
+    from django_pgjobs.tasks import FRAMEWORK
+
+    return FRAMEWORK
+
+
 SECRET_KEY = "tests-only-not-secret"
 DEBUG = False
 USE_TZ = True
@@ -21,6 +28,21 @@ INSTALLED_APPS = [
     "django_pgjobs",
     "tests.testapp",
 ]
+
+# The django.tasks backend's tests (tests/tasks/) need a tasks framework: Django >= 6.0, or the
+# django-tasks backport on Django 5.2. Without one, their @task module is not installed and they skip.
+TASKS_FRAMEWORK = _tasks_framework()
+if TASKS_FRAMEWORK == "django_tasks":
+    INSTALLED_APPS.append("django_tasks")  # the backport's signals and checks
+if TASKS_FRAMEWORK:
+    INSTALLED_APPS.append("tests.tasks.taskapp.apps.TaskAppConfig")
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgjobs.tasks.PgJobsBackend",
+        "QUEUES": ["default", "mail", "reports", "queue_1"],
+    },
+    "open": {"BACKEND": "django_pgjobs.tasks.PgJobsBackend", "QUEUES": []},
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

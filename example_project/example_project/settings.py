@@ -7,6 +7,7 @@ embedded PostgreSQL (``pip install django-pgjobs[embedded]``) that starts on fir
 from pathlib import Path
 
 from django_pgjobs.embedded import database_settings
+from django_pgjobs.tasks import FRAMEWORK as TASKS_FRAMEWORK
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 SECRET_KEY = "example-project-not-secret"
@@ -23,6 +24,18 @@ INSTALLED_APPS = [
     "django_pgjobs",
     "shop",
 ]
+
+if TASKS_FRAMEWORK == "django_tasks":
+    INSTALLED_APPS.append("django_tasks")  # Django 5.2: the django-tasks backport's checks and signals
+
+# Django's tasks framework (shop/tasks.py) on django-pgjobs: @task functions become jobs in the same
+# table, run by the same runjobs workers, visible in the same admin.
+TASKS = {
+    "default": {
+        "BACKEND": "django_pgjobs.tasks.PgJobsBackend",
+        "QUEUES": ["default", "reports"],
+    }
+}
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

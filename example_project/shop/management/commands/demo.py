@@ -19,7 +19,9 @@ from django.utils import timezone
 from django_pgjobs.embedded import ENGINE as EMBEDDED_ENGINE
 from django_pgjobs.management.commands.runjobs import configure_logging
 from django_pgjobs.models import Job
+from django_pgjobs.tasks import FRAMEWORK, MISSING_MESSAGE
 from django_pgjobs.worker import Worker, WorkerOptions
+from shop import tasks as shop_tasks
 from shop.jobs import deliver_webhook, process_document, send_receipt
 from shop.models import Document, Invoice, WebhookDelivery
 
@@ -49,7 +51,14 @@ class Command(BaseCommand):
             ]
             for invoice in invoices:
                 send_receipt.using(idempotency_key=f"invoice:{invoice.pk}:receipt").enqueue(invoice.pk)
+            # The same transaction, through Django's tasks API (shop/tasks.py): a django.tasks
+            # Task enqueued on django-pgjobs commits (or rolls back) with the invoices too.
+            report = self._enqueue_report([invoice.pk for invoice in invoices])
         self.stdout.write(f"  {len(invoices)} receipts          queue=mail\n")
+        if report is not None:
+            self.stdout.write(
+                f"  1 sales report       queue=reports (a django.tasks @task, result id {report.id})"
+            )
 
         run = started_at.strftime("%H%M%S%f")
         events = [{"order": n, "amount": rng.randint(100, 10000)} for n in range(1, options["webhooks"] + 1)]
@@ -90,6 +99,35 @@ class Command(BaseCommand):
             progress.join()
         elapsed = time.monotonic() - clock
         self._report(ours, elapsed)
+        self._report_task(report)
+        self._hints()
+
+    def _enqueue_report(self, invoice_ids: list[int]) -> Any:
+        """The django.tasks task, when a tasks framework is installed (Django >= 6.0, or the
+        django-tasks backport on 5.2); None, and a note at the end, otherwise."""
+        sales_report = getattr(shop_tasks, "sales_report", None)
+        return None if sales_report is None else sales_report.enqueue(invoice_ids)
+
+    def _report_task(self, report: Any) -> None:
+        import django
+
+        self.stdout.write(self.style.MIGRATE_HEADING("django.tasks"))
+        if report is None:
+            self.stdout.write(
+                f"  skipped the django.tasks task: Django {django.get_version()} has no django.tasks "
+                f"and the django-tasks backport is not installed ({MISSING_MESSAGE})"
+            )
+            return
+        report.refresh()  # TaskResult.refresh(): reads the job row back through the backend
+        if report.status == "SUCCESSFUL":
+            outcome = f"return value {report.return_value}"
+        else:
+            outcome = "errors: " + ", ".join(e.exception_class_path for e in report.errors)
+        where = "django.tasks" if FRAMEWORK == "django.tasks" else "the django-tasks backport (django_tasks)"
+        self.stdout.write(
+            f"  {report.task.module_path} via {where} on Django {django.get_version()}:\n"
+            f"  result {report.id}: {report.status} after {report.attempts} attempt(s), {outcome}"
+        )
 
     def _drain(self, ours: Q, concurrency: int) -> None:
         """Burst workers until nothing of ours is waiting, waiting out short retry backoffs."""
@@ -145,6 +183,8 @@ class Command(BaseCommand):
         dead = Job.objects.filter(ours, status="dead").first()
         if dead:
             self.stdout.write(f"  example dead letter: #{dead.id} {dead.task}: {dead.last_error}")
+
+    def _hints(self) -> None:
         manage = f"{_interpreter()} example_project/manage.py"
         self.stdout.write(
             f"\nNext: `{manage} createsuperuser`, then `{manage} runserver` and open "
