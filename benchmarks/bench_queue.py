@@ -20,8 +20,10 @@ migrates ``django_pgjobs`` into it and creates the seed's table beside it.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -146,7 +148,73 @@ class Row:
 def fmt(value: float, unit: str) -> str:
     if unit == "ms":
         return f"{value:,.2f} ms"
+    if unit == "share":
+        return f"{value:.0%}"
     return f"{value:,.0f} /s"
+
+
+class BackendCpu:
+    """CPU seconds spent by the server processes serving one database while it runs: polls
+    ``pg_stat_activity`` every 20 ms and reads each backend's ``/proc/<pid>/stat`` (the server is
+    local). A backend that was already there counts from its first sample; one that appears later
+    counts from its own start (a connection's set-up is part of what it costs)."""
+
+    def __init__(self, db_url: str) -> None:
+        self.conn = connect(db_url)
+        self._stop = threading.Event()
+        self._first: dict[int, float] = {}
+        self._last: dict[int, float] = {}
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _cpu(pid: int) -> float | None:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def _sample(self, initial: bool = False) -> None:
+        pids = [
+            r[0]
+            for r in self.conn.execute(
+                "SELECT pid FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            ).fetchall()
+        ]
+        for pid in pids:
+            cpu = self._cpu(pid)
+            if cpu is None:
+                continue
+            self._first.setdefault(pid, cpu if initial else 0.0)
+            self._last[pid] = cpu
+
+    def __enter__(self) -> BackendCpu:
+        self._sample(initial=True)
+
+        def run() -> None:
+            while not self._stop.wait(0.02):
+                self._sample()
+
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+        self._sample()
+        self.conn.close()
+
+    @property
+    def seconds(self) -> float:
+        return sum(self._last[pid] - self._first[pid] for pid in self._last)
+
+
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 # -- the benchmark --------------------------------------------------------------------------------
@@ -159,6 +227,9 @@ class Bench:
         self.rows: list[Row] = []
         self.notes: list[str] = []
         self.raw = connect(db_url)
+        #: A REPEATABLE READ transaction holding its snapshot while drains run (--hold-snapshot).
+        self.hold_snapshot = False
+        self._startup_cpu: float | None = None
 
     def log(self, message: str) -> None:
         print(f"  .. {message}", file=sys.stderr, flush=True)
@@ -392,11 +463,40 @@ class Bench:
         self.enqueue_tasks()
 
     # -- drain ------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def snapshot_held(self) -> Any:
+        """With ``hold_snapshot``: a REPEATABLE READ transaction that has taken its snapshot and
+        stays open, so nothing the drain deletes or updates can be cleaned up meanwhile (a report,
+        a long analytics query, a forgotten psql session)."""
+        if not self.hold_snapshot:
+            yield
+            return
+        holder = connect(self.db_url)
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT count(*) FROM pgjobs_job").fetchone()
+        try:
+            yield
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+
     def raw_drain(self, batch: bool) -> float:
         self.reset()
         self.raw_enqueue_bulk()
         self.vacuum()
         conn = connect(self.db_url, row_factory=dict_row)
+        with self.snapshot_held(), BackendCpu(self.db_url) as server:
+            client = time.process_time()
+            rate = self._raw_loop(conn, batch)
+            client = time.process_time() - client
+        self.last_cpu = (client / self.n * 1e6, server.seconds / self.n * 1e6)
+        conn.close()
+        left = self.raw.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone()[0]
+        if left:
+            raise SystemExit(f"raw drain: {left} not done")
+        return rate
+
+    def _raw_loop(self, conn: psycopg.Connection, batch: bool) -> float:
         done = 0
         start = time.perf_counter()
         if batch:
@@ -414,11 +514,24 @@ class Bench:
                 conn.execute(COMPLETE_SQL, (job["id"], RAW_WORKER))
                 done += 1
         elapsed = time.perf_counter() - start
-        conn.close()
-        left = self.raw.execute("SELECT count(*) FROM jobs WHERE status <> 'done'").fetchone()[0]
-        if done != self.n or left:
-            raise SystemExit(f"raw drain: {done} done, {left} not done")
+        if done != self.n:
+            raise SystemExit(f"raw drain: {done} done of {self.n}")
         return self.n / elapsed
+
+    def startup_cpu(self) -> float:
+        """CPU seconds of ``runjobs --burst`` on an empty queue: start-up and shutdown alone."""
+        if self._startup_cpu is None:
+            self.reset()
+            before = children_cpu()
+            subprocess.run(
+                [sys.executable, "-m", "django", "runjobs", "-v", "0", "--burst"],
+                cwd=ROOT,
+                env=worker_env(self.db_url),
+                check=True,
+                capture_output=True,
+            )
+            self._startup_cpu = children_cpu() - before
+        return self._startup_cpu
 
     def ours_drain(self, args: list[str], task: str = TASK) -> tuple[float, float]:
         """(jobs/s from process start to exit, jobs/s from the first start to the last finish)."""
@@ -434,13 +547,17 @@ class Bench:
         self.vacuum()
         log = tempfile.TemporaryFile()
         cmd = [sys.executable, "-m", "django", "runjobs", "-v", "0", "--burst", *args]
-        start = time.perf_counter()
-        proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=worker_env(self.db_url), stdout=log, stderr=subprocess.STDOUT
-        )
-        # With --processes the supervisor exits once every child drained the queue and exited 0.
-        code = proc.wait()
-        elapsed = time.perf_counter() - start
+        with self.snapshot_held(), BackendCpu(self.db_url) as server:
+            worker_cpu = children_cpu()
+            start = time.perf_counter()
+            proc = subprocess.Popen(
+                cmd, cwd=ROOT, env=worker_env(self.db_url), stdout=log, stderr=subprocess.STDOUT
+            )
+            # With --processes the supervisor exits once every child drained the queue and exited 0.
+            code = proc.wait()
+            elapsed = time.perf_counter() - start
+            worker_cpu = children_cpu() - worker_cpu
+        self.last_cpu = (worker_cpu / self.n * 1e6, server.seconds / self.n * 1e6)
         log.seek(0)
         output = log.read().decode(errors="replace").strip()
         log.close()
@@ -464,11 +581,52 @@ class Bench:
             self.log(f"drain {label}: raw baseline ({base_label})")
             base = self.raw_drain(batched)
             self.log(f"drain {label}: ours")
+            base_cpu = self.last_cpu
             wall, span = self.ours_drain(args)
+            ours_cpu = self.last_cpu
+            startup = self.startup_cpu() / self.n * 1e6
+            worker, server = ours_cpu
+            self.notes.append(
+                f"CPU per job, drain {label}: worker {worker:.0f} us ({worker - startup:.0f} without "
+                f"start-up), PostgreSQL {server:.0f} us; raw client {base_cpu[0]:.0f} us, "
+                f"PostgreSQL {base_cpu[1]:.0f} us"
+            )
             self.rows.append(
                 Row(f"drain {label}, process start->exit (jobs/s)", wall, base, base_label, "/s")
             )
             self.rows.append(Row(f"drain {label}, first start->last finish", span, base, base_label, "/s"))
+
+    def held_snapshot(self, config: tuple[str, list[str]]) -> None:
+        """The same drains without and with a snapshot held open throughout: every claim then walks
+        the index entries of jobs finished since (vacuum may not remove them), most for small
+        claims. Reports the share of its speed each side keeps."""
+        label, args = config
+        rates: dict[tuple[str, bool], float] = {}
+        for hold in (False, True):
+            self.hold_snapshot = hold
+            self.log(f"drain {label}{' with a held snapshot' if hold else ''}: raw batched")
+            rates[("raw", hold)] = self.raw_drain(True)
+            self.log(f"drain {label}{' with a held snapshot' if hold else ''}: ours")
+            rates[("ours", hold)] = self.ours_drain(args)[1]
+        self.hold_snapshot = False
+        ours_kept = rates[("ours", True)] / rates[("ours", False)]
+        raw_kept = rates[("raw", True)] / rates[("raw", False)]
+        self.rows.append(
+            Row(
+                f"drain {label} with a snapshot held, share of its own speed",
+                ours_kept,
+                raw_kept,
+                "raw batched, same",
+                "share",
+            )
+        )
+        self.notes.append(
+            "held snapshot: "
+            + ", ".join(
+                f"{side} {'held' if hold else 'free'} {rate:,.0f} jobs/s"
+                for (side, hold), rate in rates.items()
+            )
+        )
 
     # -- idle wake-up latency ---------------------------------------------------------------------
     def raw_wakeup(self) -> tuple[list[float], list[float]]:
@@ -691,9 +849,11 @@ def main(argv: list[str] | None = None) -> int:
         help="Run only these parts (repeatable).",
     )
     parser.add_argument(
-        "--server-side-binding",
+        "--hold-snapshot",
         action="store_true",
-        help="Run our side with OPTIONS server_side_binding=True (prepared statements).",
+        help="Also drain with a REPEATABLE READ snapshot held open throughout (run it on a server "
+        "with autovacuum on, e.g. the embedded one) and report what share of their speed we and raw "
+        "SQL keep.",
     )
     parser.add_argument(
         "--conn-max-age",
@@ -710,8 +870,6 @@ def main(argv: list[str] | None = None) -> int:
     samples = 50 if args.quick else args.latency_samples
     parts = args.only or ["enqueue", "drain", "wakeup", "tasks"]
 
-    if args.server_side_binding:
-        os.environ["PGJOBS_BENCH_SERVER_SIDE_BINDING"] = "1"
     if args.conn_max_age is not None:
         os.environ["PGJOBS_BENCH_CONN_MAX_AGE"] = str(args.conn_max_age)
     recreate_database(args.database_url, args.db_name)
@@ -730,6 +888,8 @@ def main(argv: list[str] | None = None) -> int:
                 ("runjobs -p 2 -c 16", ["-p", "2", "-c", "16"], True),
             ]
         )
+    if args.hold_snapshot:
+        bench.held_snapshot(("runjobs -c 32", ["-c", "32"]))
     if "wakeup" in parts:
         bench.wakeup()
     if "tasks" in parts:
@@ -742,7 +902,6 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\ndjango-pgjobs benchmark: {n:,} no-op jobs per measurement, {samples} wake-up samples, "
         f"PostgreSQL {version}, {os.cpu_count()} CPUs, {time.perf_counter() - started:.0f}s"
-        + (", ours with server_side_binding=True" if args.server_side_binding else "")
     )
     print(bench.table())
     for note in bench.notes:

@@ -37,10 +37,6 @@ DATABASES = {
 if os.environ.get("PGJOBS_BENCH_CONN_MAX_AGE"):
     DATABASES["default"]["CONN_MAX_AGE"] = float(os.environ["PGJOBS_BENCH_CONN_MAX_AGE"])
 
-# ``bench_queue.py --server-side-binding``: psycopg server-side parameters, so psycopg prepares
-# statements it runs often (Django's default is client-side binding: every statement is re-planned).
-if os.environ.get("PGJOBS_BENCH_SERVER_SIDE_BINDING") == "1":
-    DATABASES["default"]["OPTIONS"]["server_side_binding"] = True
 
 # ``bench_queue.py`` measures enqueues with and without wake-up notifications.
 if os.environ.get("PGJOBS_BENCH_LISTEN") == "0":

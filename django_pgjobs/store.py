@@ -29,7 +29,7 @@ import weakref
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
 from django.db import connections, transaction
@@ -214,8 +214,8 @@ SET status = 'running',
     updated_at = now()
 FROM candidate
 WHERE j.id = candidate.id
-RETURNING j.id, j.claim_token, j.task, j.queue, j.priority, j.run_at, j.attempts, j.max_attempts,
-          j.idempotency_key, j.payload
+RETURNING j.id, j.claim_token, j.task, j.queue, j.priority, extract(epoch FROM j.run_at)::float8,
+          j.attempts, j.max_attempts, j.idempotency_key, j.payload
 """
 CLAIM_ANY = _CLAIM.format(
     candidates="""SELECT id FROM pgjobs_job
@@ -463,17 +463,18 @@ RETURNING {_RETURNING}
 
 
 # -- what statements hand back ------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """A job a worker claimed: what it needs to run it and to fence its outcome. A plain record,
-    not a model instance (building a model per claimed row was a visible cost in a busy worker)."""
+class Claim(NamedTuple):
+    """A job a worker claimed: what it needs to run it and to fence its outcome. A tuple, not a
+    model instance (building a model per claimed row was a visible cost in a busy worker; so was a
+    frozen dataclass's ``__init__``), and ``run_at`` as epoch seconds (only compared), not a
+    datetime through Django's time-zone-aware loader."""
 
     id: int
     token: int
     task: str
     queue: str
     priority: int
-    run_at: dt.datetime
+    run_at: float
     attempt: int
     max_attempts: int
     idempotency_key: str | None
@@ -567,6 +568,28 @@ class _Preparing:
     def __init__(self) -> None:
         self.runs: dict[str, int] = {}
         self.allowed: bool | None = None
+        self._cursor: _Cursor | None = None
+        self._timezone: Any = None
+
+    def cursor(self, wrapper: Any) -> _Cursor:
+        """This connection's cursor for the store's statements, made once (they ran thousands of
+        times a second, each paying for a new cursor)."""
+        if self._cursor is None or self._cursor.closed or self._timezone != wrapper.timezone:
+            raw = _Cursor(wrapper.connection)
+            # As Django's create_cursor: a TIME_ZONE changed since connecting applies per cursor.
+            tzloader = wrapper.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
+            if wrapper.timezone != tzloader.timezone:
+                register_tzloader(wrapper.timezone, raw)
+            self._cursor, self._timezone = raw, wrapper.timezone
+        return self._cursor
+
+    def drop_cursor(self) -> None:
+        cursor, self._cursor = self._cursor, None
+        if cursor is not None:
+            try:
+                cursor.close()
+            except Exception:
+                pass
 
     @classmethod
     def of(cls, raw: Any) -> _Preparing:
@@ -623,26 +646,21 @@ class Store:
         wrapper = self.wrapper or connections[self.alias]
         wrapper.close_if_health_check_failed()
         wrapper.ensure_connection()
+        state = _Preparing.of(wrapper.connection)
         with wrapper.wrap_database_errors:
-            raw = _Cursor(wrapper.connection)
+            raw = state.cursor(wrapper)
             # With queries logged (DEBUG, assertNumQueries, the debug toolbar) nothing is prepared:
             # psycopg keeps no query text for a prepared run, and the log would show nothing.
-            raw.prepare = not wrapper.queries_logged and _Preparing.of(wrapper.connection).decide(
-                statement, wrapper
-            )
-            # As Django's create_cursor: a TIME_ZONE changed since connecting applies per cursor.
-            tzloader = wrapper.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
-            if wrapper.timezone != tzloader.timezone:
-                register_tzloader(wrapper.timezone, raw)
+            raw.prepare = not wrapper.queries_logged and state.decide(statement, wrapper)
             # Django's wrapper: its error translation, execute_wrapper() hooks, the query log.
             cursor = wrapper._prepare_cursor(raw)  # type: ignore[union-attr]
-        with cursor:
-            try:
-                cursor.execute(statement, params)
-            except Exception as exc:
-                _explain_prepared_statement_trouble(exc)
-                raise
-            return cursor.fetchall() if cursor.description else []
+        try:
+            cursor.execute(statement, params)
+            return cursor.fetchall()  # every statement here returns rows (RETURNING or SELECT)
+        except Exception as exc:
+            state.drop_cursor()
+            _explain_prepared_statement_trouble(exc)
+            raise
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {"history_limit": get_settings().HISTORY_LIMIT, **extra}
@@ -858,7 +876,7 @@ class Store:
             )
         # UPDATE ... RETURNING hands rows back in no particular order: restore the claim order.
         claims = [_claim_from_row(r) for r in rows]
-        claims.sort(key=lambda c: (-c.priority, c.run_at, c.id))
+        claims.sort(key=lambda c: (-c.priority, c.run_at, c.id))  # priority DESC, run_at, id
         return claims
 
     def complete(self, finished: Sequence[tuple[int, int, str]]) -> set[int]:

@@ -37,6 +37,10 @@ logger = logging.getLogger("django_pgjobs")
 
 #: Claim ahead (buffer up to ``concurrency`` jobs) only while handlers average less than this.
 PREFETCH_BELOW_SECONDS = 0.1
+#: Handlers this short (a few milliseconds) may have a deeper buffer: claims of a few jobs would
+#: each cost a round trip for very little work.
+DEEP_PREFETCH_BELOW_SECONDS = 0.005
+DEEP_PREFETCH = 64
 #: Promotion batch size; a full batch means more are due at once.
 PROMOTE_BATCH = 1000
 
@@ -82,17 +86,24 @@ class ClaimLoop:
         """A handler ran for ``duration`` seconds (feeds the claim-ahead decision)."""
         self.average_run += (duration - self.average_run) * 0.05
 
+    def prefetch(self) -> int:
+        """How many jobs to hold claimed ahead of the executors, from how long handlers take."""
+        if self.average_run < DEEP_PREFETCH_BELOW_SECONDS:
+            return max(self.concurrency, DEEP_PREFETCH)
+        return self.concurrency if self.average_run < PREFETCH_BELOW_SECONDS else 0
+
     def room(self) -> int:
         counts = self.table.counts()
         buffered, running = counts[JobState.BUFFERED], counts[JobState.RUNNING]
-        prefetch = self.concurrency if self.average_run < PREFETCH_BELOW_SECONDS else 0
-        room = self.concurrency + prefetch - buffered - running
-        # Outcomes waiting for the database count against claiming once there are more of them than
-        # slots: a slow or absent database must not let finished work pile up without end.
-        room -= max(0, counts[JobState.FINISHED] - self.concurrency)
+        prefetch = self.prefetch()
+        capacity = self.concurrency + prefetch
+        room = capacity - buffered - running
+        # Outcomes waiting for the database count against claiming once there are more of them
+        # than the capacity: a slow or absent database must not let finished work pile up.
+        room -= max(0, counts[JobState.FINISHED] - capacity)
         if self.options.max_jobs is not None:
             room = min(room, self.options.max_jobs - self.table.claimed_total)
-        if buffered and room < max(1, (self.concurrency + prefetch) // 4):
+        if buffered and room < max(1, capacity // 4):
             return 0  # the buffer still feeds the executors: claim in batches worth a round trip
         return max(room, 0)
 

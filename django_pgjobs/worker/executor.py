@@ -97,7 +97,8 @@ class Executors:
         """Run one job: (its outcome, whether the thread's connections were left unusable)."""
         claim = entry.claim
         start = time.monotonic()
-        close_old_connections()
+        # Connections are tidied after each job (see _reset_connections), so the next one on this
+        # thread starts from that state: no second pass here.
         try:
             if entry.handler is None:
                 raise UnknownTask(claim.task)

@@ -39,6 +39,8 @@ class JobState(enum.Enum):
 
 #: States whose lease this process still extends.
 HEARTBEATED = frozenset({JobState.BUFFERED, JobState.RUNNING, JobState.FINISHED})
+#: States a per-queue limit counts.
+_HELD = frozenset({JobState.BUFFERED, JobState.RUNNING})
 
 
 @dataclass(eq=False)
@@ -53,7 +55,7 @@ class InFlight:
     started: float | None = None
     #: The fence refused a heartbeat: the job is someone else's now; never beat it again.
     lost: bool = False
-    order: tuple[int, Any, int] = field(default=(0, None, 0))
+    order: tuple[int, float, int] = field(default=(0, 0.0, 0))
 
     @property
     def token(self) -> int:
@@ -71,21 +73,45 @@ class InFlightTable:
         self._lock = threading.Lock()
         self._has_work = threading.Condition(self._lock)
         self._items: dict[int, InFlight] = {}  # claim token -> entry
-        self._buffer: list[tuple[tuple[int, Any, int], int, InFlight]] = []  # heap, claim order
+        self._buffer: list[tuple[tuple[int, float, int], int, InFlight]] = []  # heap, claim order
         self._sequence = itertools.count()
         self._closed = False
         self._on_room = on_room  # wakes the claim loop when capacity frees
         self.claimed_total = 0
+        # Kept as states change, so the claim loop's sizing reads them without a scan per job.
+        self._counts = dict.fromkeys(JobState, 0)
+        self._held_by_queue: dict[str, int] = {}
+
+    def _move(self, entry: InFlight, new: JobState | None) -> None:
+        """Change ``entry``'s state (None: it leaves the table); lock held."""
+        old = entry.state
+        if new is old:
+            return
+        self._counts[old] -= 1
+        if old in _HELD:
+            self._held_by_queue[entry.claim.queue] -= 1
+        if new is None:
+            return
+        self._counts[new] += 1
+        if new in _HELD:
+            self._held_by_queue[entry.claim.queue] = self._held_by_queue.get(entry.claim.queue, 0) + 1
+        entry.state = new
 
     # -- arrivals ---------------------------------------------------------------------------------
     def add(self, entries: Iterable[InFlight]) -> None:
+        added = 0
         with self._lock:
             for entry in entries:
                 entry.order = (-entry.claim.priority, entry.claim.run_at, entry.claim.id)
                 self._items[entry.token] = entry
+                self._counts[entry.state] += 1
+                if entry.state in _HELD:
+                    queue = entry.claim.queue
+                    self._held_by_queue[queue] = self._held_by_queue.get(queue, 0) + 1
                 heapq.heappush(self._buffer, (entry.order, next(self._sequence), entry))
                 self.claimed_total += 1
-            self._has_work.notify_all()
+                added += 1
+            self._has_work.notify(added)  # as many idle executors as jobs, not the whole pool
 
     # -- executors --------------------------------------------------------------------------------
     def next_to_run(self, timeout: float | None = None) -> InFlight | None:
@@ -95,7 +121,7 @@ class InFlightTable:
                 while self._buffer:
                     _, _, entry = heapq.heappop(self._buffer)
                     if entry.state is JobState.BUFFERED:  # else released meanwhile
-                        entry.state = JobState.RUNNING
+                        self._move(entry, JobState.RUNNING)
                         entry.started = time.monotonic()
                         return entry
                 if self._closed or not self._has_work.wait(timeout):
@@ -106,7 +132,7 @@ class InFlightTable:
         with self._lock:
             was_running = entry.state is JobState.RUNNING
             if was_running:
-                entry.state = JobState.FINISHED
+                self._move(entry, JobState.FINISHED)
         if was_running:
             self._on_room()
         return was_running
@@ -130,7 +156,7 @@ class InFlightTable:
                     and entry.started is not None
                     and now - entry.started > timeout
                 ):
-                    entry.state = JobState.ABANDONED
+                    self._move(entry, JobState.ABANDONED)
                     overdue.append(entry)
         if overdue:
             self._on_room()
@@ -140,7 +166,7 @@ class InFlightTable:
         with self._lock:
             chosen = [e for e in self._items.values() if e.state is not JobState.RELEASING and which(e)]
             for entry in chosen:
-                entry.state = JobState.RELEASING
+                self._move(entry, JobState.RELEASING)
         return chosen
 
     def forget(self, entries: Iterable[InFlight]) -> None:
@@ -149,6 +175,7 @@ class InFlightTable:
             for entry in entries:
                 if self._items.get(entry.token) is entry:
                     del self._items[entry.token]
+                    self._move(entry, None)
         self._on_room()
 
     def extended(self, until: dict[int, float]) -> None:
@@ -187,19 +214,12 @@ class InFlightTable:
 
     def counts(self) -> dict[JobState, int]:
         with self._lock:
-            counts = dict.fromkeys(JobState, 0)
-            for entry in self._items.values():
-                counts[entry.state] += 1
-            return counts
+            return dict(self._counts)
 
     def held_by_queue(self) -> dict[str, int]:
         """Buffered and running jobs per queue (what per-queue limits count)."""
         with self._lock:
-            held: dict[str, int] = {}
-            for entry in self._items.values():
-                if entry.state in (JobState.BUFFERED, JobState.RUNNING):
-                    held[entry.claim.queue] = held.get(entry.claim.queue, 0) + 1
-            return held
+            return dict(self._held_by_queue)
 
     def __len__(self) -> int:
         with self._lock:

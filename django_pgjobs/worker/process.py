@@ -33,7 +33,7 @@ from ..conf import get_settings
 from ..notify import notifier
 from ..store import Failure
 from .acknowledger import Acknowledger
-from .claimer import PREFETCH_BELOW_SECONDS, ClaimLoop
+from .claimer import ClaimLoop
 from .connections import DB_ERRORS, Bounds, WorkerConnection
 from .executor import Executors
 from .heartbeat import Heartbeat
@@ -77,7 +77,6 @@ class Worker:
         self._wake = threading.Event()  # something to claim, room, or a signal
         self._threads_stopped = threading.Event()
         self._internal: list[threading.Thread] = []
-        self._freed = 0
         self._progress_at = time.monotonic() + PROGRESS_SECONDS
         self._progress_counts = dict(self.counts)
 
@@ -188,11 +187,9 @@ class Worker:
             self.stop()
 
     def _room_freed(self) -> None:
-        # Wake the claim loop once enough room has freed for a claim worth its round trip.
-        self._freed += 1
-        prefetching = self.claims.average_run < PREFETCH_BELOW_SECONDS if hasattr(self, "claims") else False
-        if self._freed >= (max(1, self.concurrency // 4) if prefetching else 1):
-            self._freed = 0
+        # Wake the claim loop once there is room for a claim worth its round trip (counts are
+        # kept as states change, so this is cheap enough to ask on every freed slot).
+        if self.claims.room() > 0:
             self._wake.set()
 
     def _written(self, entry: InFlight, outcome: Outcome, label: str) -> None:
