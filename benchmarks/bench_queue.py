@@ -705,7 +705,8 @@ class Bench:
                 return bool(
                     self.raw.execute(
                         """SELECT count(*) FROM pg_stat_activity
-                           WHERE datname = current_database() AND query LIKE 'LISTEN%%'"""
+                           WHERE datname = current_database() AND application_name LIKE 'pgjobs %% listen'
+                             AND state = 'idle' AND query NOT LIKE 'LISTEN%%'"""
                     ).fetchone()[0]
                 )
 

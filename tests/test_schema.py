@@ -408,3 +408,40 @@ def test_migrations_match_the_models():
     # Exits with SystemExit(1) when the models have changes no migration describes.
     call_command("makemigrations", "django_pgjobs", "--check", "--dry-run", verbosity=0)
     call_command("makemigrations", "--check", "--dry-run", verbosity=0)
+
+
+def test_writes_after_the_claim_find_their_rows_by_primary_key_even_with_stale_statistics():
+    """Statistics taken while a backlog waited say no job is running; once a fleet holds
+    thousands, a completion that let the planner use the running index scanned all of them per
+    statement. Every fenced write must probe the primary key, one row per job."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO pgjobs_job (task, payload, run_at) "
+            "SELECT 'tests.noop', '{}', now() - interval '1 hour' FROM generate_series(1, %s)",
+            [5000],
+        )
+        cursor.execute("ANALYZE pgjobs_job")  # everything ready, as far as the planner knows
+    claimed = Job.objects.claim(None, "w", limit=5000)
+    mine = claimed[:100]
+    ids, tokens = [c.id for c in mine], [c.token for c in mine]
+    common = {"ids": ids, "tokens": tokens, "history_limit": 25}
+    for statement, params in (
+        (sql.COMPLETE, {**common, "results": ["null"] * 100}),
+        (sql.HEARTBEAT, {**common, "leases": [60.0] * 100}),
+        (sql.RELEASE, {**common, "outcome": "released", "message": "m"}),
+        (
+            sql.FAIL,
+            {
+                **common,
+                "delays": [1.0] * 100,
+                "error_classes": ["E"] * 100,
+                "messages": ["m"] * 100,
+                "tracebacks": [None] * 100,
+                "summaries": ["s"] * 100,
+            },
+        ),
+    ):
+        nodes = _scans(_plan(statement, params))
+        indexes = {n[2] for n in nodes if n[2]}
+        assert indexes == {"pgjobs_job_pkey"}, (statement[:40], nodes)  # index or bitmap scan
+        assert not [n for n in nodes if n[0] == "Seq Scan" and n[1] == "pgjobs_job"], nodes
