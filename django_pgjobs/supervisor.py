@@ -2,6 +2,10 @@
 
 The supervisor itself holds no database connection and starts no threads before forking, so each
 child starts from a clean state (Django connections are per process and opened lazily).
+
+Its signal handlers only count and write a byte to a pipe (see :mod:`django_pgjobs.stop_signals`):
+the main loop sleeps on that pipe, reaps children and forwards stop requests itself. A handler that
+set an ``Event`` deadlocked when a signal arrived while the main thread held that Event's lock.
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ import ctypes
 import logging
 import os
 import signal
-import threading
 import time
 from collections.abc import Callable
 from types import FrameType
 
 from django.db import connections
+
+from .stop_signals import SignalPipe
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -43,13 +48,17 @@ class Supervisor:
         self.shutdown_timeout = shutdown_timeout
         self.children: dict[int, tuple[int, float]] = {}  # pid -> (slot, started)
         self.restarts = 0
-        self._signals = 0
-        self._wake = threading.Event()
+        self._signals = 0  # stop signals received (written only by the handler)
+        self._forwarded = 0  # of which forwarded to the children
+        self._pipe = SignalPipe()
 
-    def run(self) -> int:
+    def install_signal_handlers(self) -> None:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGCHLD, lambda *_: self._wake.set())
+        signal.signal(signal.SIGCHLD, lambda *_: self._pipe.poke())
+
+    def run(self) -> int:
+        self.install_signal_handlers()
         connections.close_all()
         quick_deaths = dict.fromkeys(range(self.processes), 0)
         for slot in range(self.processes):
@@ -86,6 +95,7 @@ class Supervisor:
         if pid == 0:  # child
             code = 1
             try:
+                self._pipe.close()  # the supervisor's, not this worker's
                 _detach_from_supervisor(os.getppid())
                 code = self.run_child(slot)
             except BaseException:
@@ -110,21 +120,28 @@ class Supervisor:
 
     def _sleep(self, seconds: float) -> bool:
         """Sleep until a child exits or a signal arrives; True if a stop was requested."""
-        self._wake.wait(seconds)
-        self._wake.clear()
+        self._pipe.wait(seconds)
+        self._forward()
         return self._signals > 0
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        # A signal handler: no lock, no log line, no iteration over state the loop changes.
         self._signals += 1
-        # Each child runs the same two-step shutdown: the first signal drains, the second forces.
-        for pid in list(self.children):
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        self._wake.set()
+        self._pipe.poke()
+
+    def _forward(self) -> None:
+        """Each child runs the same two-step shutdown: the first signal drains, the second forces.
+        So every stop signal the supervisor got becomes one SIGTERM to each child."""
+        while self._forwarded < self._signals:
+            self._forwarded += 1
+            for pid in list(self.children):
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
 
     def _stop_children(self) -> int:
+        self._forward()
         deadline = time.monotonic() + self.shutdown_timeout + 15
         worst = 0
         while self.children and time.monotonic() < deadline:

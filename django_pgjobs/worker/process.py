@@ -25,12 +25,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from types import FrameType
 
 from django.db import connections
 
 from ..conf import get_settings
 from ..notify import notifier
+from ..stop_signals import relay_signals
 from ..store import Failure
 from .acknowledger import Acknowledger
 from .claimer import ClaimLoop
@@ -371,22 +371,22 @@ class Worker:
                 conn.drop()
 
     def _install_signal_handlers(self) -> None:
-        def on_signal(signum: int, frame: FrameType | None) -> None:
-            name = signal.Signals(signum).name
-            if self._stopping.is_set():
-                logger.warning("%s again: releasing every job now and exiting", name)
-                self._forced_by_signal = True
-                self.stop(force=True)
-            else:
-                logger.info(
-                    "%s: no new claims; waiting up to %.0fs for running jobs (again to force)",
-                    name,
-                    self.options.shutdown_timeout,
-                )
-                self.stop()
+        relay_signals(self._on_signal)
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+    def _on_signal(self, signum: int) -> None:
+        """In the signal relay's thread (see :mod:`django_pgjobs.stop_signals`), never in a handler."""
+        name = signal.Signals(signum).name
+        if self._stopping.is_set():
+            logger.warning("%s again: releasing every job now and exiting", name)
+            self._forced_by_signal = True
+            self.stop(force=True)
+        else:
+            logger.info(
+                "%s: no new claims; waiting up to %.0fs for running jobs (again to force)",
+                name,
+                self.options.shutdown_timeout,
+            )
+            self.stop()
 
 
 def leftover_threads() -> list[threading.Thread]:
