@@ -29,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +119,24 @@ def _start_watchdog(data_dir: Path, base: Path) -> tuple[int, subprocess.Popen[b
     return write_fd, watchdog
 
 
+def _new_guarded_directory(options: Mapping[str, Any]) -> tuple[Path, Path, int, subprocess.Popen[bytes]]:
+    """A fresh ``/tmp/pgjobs-test-*`` directory and the watchdog that removes it (and stops its
+    server) once this process is gone: (base, data dir, the pipe's write end, the watchdog)."""
+    user = server_user(option(options, "RUN_AS"))
+    find_binaries(option(options, "BIN_DIR"))  # fail early, before creating anything
+    tmp = "/tmp" if Path("/tmp").is_dir() else None  # short: the socket path must fit
+    base = Path(tempfile.mkdtemp(prefix="pgjobs-test-", dir=tmp))
+    if user is not None:
+        os.chmod(base, 0o711)  # our own fresh directory: let the server user traverse it
+    data_dir = base / "data"
+    try:
+        write_fd, watchdog = _start_watchdog(data_dir, base)
+    except BaseException:
+        shutil.rmtree(base, ignore_errors=True)
+        raise
+    return base, data_dir, write_fd, watchdog
+
+
 def stop_and_remove(data_dir: Path, base: Path, mode: str = "fast") -> None:
     """Stop a test server and delete its directory, holding the start lock throughout.
 
@@ -170,14 +188,7 @@ def server_for_test_mode(options: Mapping[str, Any]) -> ServerInfo:
                 owner_pid=int(owner) if owner.isdigit() else None,
             )
             return ensure_server(config)
-        user = server_user(option(options, "RUN_AS"))
-        find_binaries(option(options, "BIN_DIR"))  # fail early, before creating anything
-        tmp = "/tmp" if Path("/tmp").is_dir() else None  # short: the socket path must fit
-        base = Path(tempfile.mkdtemp(prefix="pgjobs-test-", dir=tmp))
-        if user is not None:
-            os.chmod(base, 0o711)  # our own fresh directory: let the server user traverse it
-        data_dir = base / "data"
-        write_fd, watchdog = _start_watchdog(data_dir, base)
+        base, data_dir, write_fd, watchdog = _new_guarded_directory(options)
         _owned = _Owned(os.getpid(), base, data_dir, write_fd, watchdog)
         atexit.register(stop_owned_test_server)
         info = ensure_server(make_config(options, data_dir, durable=False))
@@ -193,3 +204,26 @@ def current_test_server() -> ServerInfo | None:
             return running_server(_owned.data_dir)
     inherited = os.environ.get(ENV_TEST_DATA_DIR)
     return running_server(Path(inherited)) if inherited else None
+
+
+@contextlib.contextmanager
+def throwaway_server(options: Mapping[str, Any] | None = None) -> Iterator[ServerConfig]:
+    """A fresh cluster of the caller's own for the duration of the block, started, whatever this
+    process's test server or ``DATABASE_URL`` is: for a test that stops or restarts a server,
+    which it may do only to one it created. Yields its config (``ensure_server(config)`` gives
+    its address, and starts it again after a stop). Stopped and removed when the block ends, and
+    by the watchdog if this process dies first. Nothing is exported to child processes: they
+    connect to the address they are given."""
+    options = options or {}
+    base, data_dir, write_fd, watchdog = _new_guarded_directory(options)
+    config = make_config(options, data_dir, durable=False)
+    try:
+        ensure_server(config)
+        yield config
+    finally:
+        try:
+            stop_and_remove(data_dir, base)
+        finally:
+            os.close(write_fd)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(timeout=30)

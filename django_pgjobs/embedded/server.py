@@ -47,7 +47,7 @@ from .defaults import (
     LOG_NAME,
 )
 from .errors import BinariesNotFound, EmbeddedPostgresError
-from .lifetime import current_test_server, server_for_test_mode, stop_and_remove
+from .lifetime import current_test_server, server_for_test_mode, stop_and_remove, throwaway_server
 from .locking import file_lock
 from .state import ServerInfo, pid_alive, postmaster_alive, read_server_info, running_server
 from .users import ServerUser, server_user, shared_base_dir, user_can
@@ -84,6 +84,7 @@ __all__ = [
     "shared_base_dir",
     "stop_and_remove",
     "stop_server",
+    "throwaway_server",
     "usable_binaries",
     "user_can",
 ]

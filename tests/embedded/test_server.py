@@ -250,6 +250,41 @@ def test_test_server_is_shared_with_children_and_stopped_with_its_owner(ending: 
     assert not data_dir.parent.exists()
 
 
+THROWAWAY = """
+import json, sys
+from django_pgjobs.embedded import server
+with server.throwaway_server() as config:
+    info = server.ensure_server(config)
+    print(json.dumps({"pid": info.pid, "data_dir": str(config.data_dir),
+                      "exported": server.ENV_TEST_DATA_DIR in __import__("os").environ}), flush=True)
+    if sys.argv[1] == "hang":
+        sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("ending", ["block-ends", "sigkill"])
+def test_a_throwaway_server_is_removed_when_its_block_ends_or_its_process_dies(ending: str) -> None:
+    """The restart test's own server: nothing handed to children, gone afterwards in any case."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", THROWAWAY, "hang" if ending == "sigkill" else "exit"],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    report = json.loads(owner.stdout.readline())
+    data_dir = Path(report["data_dir"])
+    assert report["exported"] is False, "a throwaway server is not this process's test server"
+    if ending == "sigkill":
+        assert server.postmaster_alive(report["pid"])
+        owner.kill()
+    owner.wait(timeout=60)
+    wait_for(lambda: not server.postmaster_alive(report["pid"]), what="server stop")
+    wait_for(lambda: not data_dir.parent.exists(), what="temporary directory removal")
+    assert not postgres_pids_under(data_dir.parent)
+
+
 # --- root and non-root ------------------------------------------------------------------------
 
 
