@@ -47,6 +47,7 @@ class ServerConfig:
     allow_init: bool = True
     owner_pid: int | None = None  # attach mode: refuse to (re)start once the owner has exited
     start_timeout: float = DEFAULT_START_TIMEOUT
+    project: str | None = None  # development mode: whose server this is (``pgembedded status``)
 
     @property
     def lock_path(self) -> Path:

@@ -1,8 +1,10 @@
 """Which server a database entry means: its ``EMBEDDED`` options, the environment and defaults.
 
 Development data lives in ``$PGJOBS_EMBEDDED_DATA_DIR`` or ``${XDG_DATA_HOME:-~/.local/share}/
-django-pgjobs/pg<major>`` (a data directory only works with one major version); reused across
-runs, the server left running so ``runserver`` and ``runjobs`` share it.
+django-pgjobs/<project>/pg<major>``: one directory per user (it is under their home) and per
+project (``project.py``: two checkouts never share a server), and per major version (a data
+directory only works with one). Reused across runs, the server left running so ``runserver`` and
+``runjobs`` share it.
 """
 
 from __future__ import annotations
@@ -22,24 +24,27 @@ from .defaults import (
     ENV_RUN_AS,
     ENV_SHARED_DIR,
 )
+from .project import ENV_SETTINGS, Project, current_project
 from .users import ServerUser, server_user, shared_base_dir, user_can
 
 
-def default_data_dir(major: int, user: ServerUser | None = None) -> Path:
-    """``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/pg<major>``.
+def default_data_dir(major: int, user: ServerUser | None = None, project: Project | None = None) -> Path:
+    """``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/<project key>/pg<major>``.
 
-    As root, when the server user cannot reach that (``/root`` is 0700), the shared base instead:
-    we must not loosen permissions of the home directory.
+    As root, when the server user cannot reach that (``/root`` is 0700), the shared base
+    (``/var/tmp/django-pgjobs-0``) instead, keyed by the project all the same: we must not loosen
+    permissions of the home directory.
     """
+    key = (project or current_project()).key
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg) if xdg else Path.home() / ".local" / "share"
-    data_dir = base / "django-pgjobs" / f"pg{major}"
+    data_dir = base / "django-pgjobs" / key / f"pg{major}"
     if user is not None:
         nearest = data_dir
         while not nearest.exists():
             nearest = nearest.parent
         if not user_can(user, ("x", nearest)):
-            return shared_base_dir() / f"pg{major}"
+            return shared_base_dir() / key / f"pg{major}"
     return data_dir
 
 
@@ -63,18 +68,19 @@ def resolve_config(options: Mapping[str, Any]) -> ServerConfig:
     """
     env = (ENV_DATA_DIR, ENV_BIN_DIR, ENV_RUN_AS, ENV_SHARED_DIR, "XDG_DATA_HOME", "HOME")
     settings_key = tuple(sorted((k, str(v)) for k, v in options.items()))
-    key = (settings_key, *(os.environ.get(name) for name in env))
+    key = (settings_key, *(os.environ.get(name) for name in env), os.environ.get(ENV_SETTINGS), os.getcwd())
     if key not in _config_cache:
         _config_cache[key] = _resolve_config(options)
     return _config_cache[key]
 
 
 def _resolve_config(options: Mapping[str, Any]) -> ServerConfig:
+    project = current_project()
     data_dir = option(options, "DATA_DIR", ENV_DATA_DIR)
     if data_dir is None:
         major = find_binaries(option(options, "BIN_DIR")).major
-        data_dir = default_data_dir(major, server_user(option(options, "RUN_AS")))
-    return make_config(options, Path(data_dir).expanduser().absolute(), durable=True)
+        data_dir = default_data_dir(major, server_user(option(options, "RUN_AS")), project)
+    return make_config(options, Path(data_dir).expanduser().absolute(), durable=True, project=str(project))
 
 
 def make_config(options: Mapping[str, Any], data_dir: Path, **kw: Any) -> ServerConfig:

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from django_pgjobs.embedded import server
+from django_pgjobs.embedded.project import Project, current_project
 from tests.helpers import prerequisite_missing
 from tests.processes import wait_for
 
@@ -410,18 +411,34 @@ print(json.dumps({{"uid": uid, "me": os.geteuid(), "stopped": srv.stop_server(co
 
 
 def test_default_development_data_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the XDG data home, major version in the name; as root never inside a private home."""
+    """Under the XDG data home, per project, major version in the name; as root never inside a
+    private home."""
     monkeypatch.setenv(server.ENV_SHARED_DIR, str(workdir / "shared"))
     monkeypatch.setenv("XDG_DATA_HOME", str(workdir / "xdg"))
     user = server.server_user()
-    assert server.default_data_dir(18, user) == workdir / "xdg" / "django-pgjobs" / "pg18"
+    project = Project("shop.settings", Path("/src/shop/shop"))
+    key = project.key
+    assert key.startswith("shop.settings-") and len(key) == len("shop.settings-") + 12
+    assert server.default_data_dir(18, user, project) == workdir / "xdg" / "django-pgjobs" / key / "pg18"
+    other = Project("shop.settings", Path("/src/shop-clone/shop"))  # a second checkout
+    assert server.default_data_dir(18, user, other) != server.default_data_dir(18, user, project)
     if user is None:
         return
     private = workdir / "home"
     private.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_DATA_HOME", str(private / ".local" / "share"))
-    assert server.default_data_dir(18, user) == workdir / "shared" / "pg18"
+    assert server.default_data_dir(18, user, project) == workdir / "shared" / key / "pg18"
+    assert server.default_data_dir(18, user, other) == workdir / "shared" / other.key / "pg18"
     assert (private.stat().st_mode & 0o777) == 0o700
+
+
+def test_the_project_is_the_settings_modules_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.embedded.django_settings")
+    here = Path(__file__).resolve().parent
+    assert current_project() == Project("tests.embedded.django_settings", here)
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE")
+    monkeypatch.chdir(here.parent)
+    assert current_project() == Project("tests", here.parent)  # settings.configure(): the cwd
 
 
 # --- clear errors for bad input ---------------------------------------------------------------
