@@ -156,3 +156,15 @@ def long_lease(context: JobContext, seconds: float) -> None:
     """A handler with its own lease, longer than the worker's default."""
     _record("long-lease-start", context.job_id, context.attempt)
     time.sleep(seconds)
+
+
+@job(name="tests.pooled", takes_context=True)
+def pooled(context: JobContext) -> None:
+    """Records, in one statement, which server session ran it (``pg_backend_pid()``): behind a
+    transaction pooler the worker connections share the pooler's few server sessions."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_executions (kind, job_id, value, pid) "
+            "VALUES ('pooled', %s, pg_backend_pid()::text, %s)",
+            [context.job_id, os.getpid()],
+        )
