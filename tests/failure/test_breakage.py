@@ -50,7 +50,7 @@ def test_poison_job_that_kills_its_worker_ends_dead(workers, handler, kind, max_
 def test_a_job_past_its_timeout_loses_its_lease_and_its_result_is_fenced(workers):
     """A live worker keeps a job only until the handler's ``timeout``: then it stops heartbeating,
     the lease lapses, the job is taken back and rerun, and the overrunning run's result is refused."""
-    job = jobs.overruns.enqueue(first=5.0)  # timeout 1 s, lease 2 s
+    job = jobs.overruns.enqueue(first=60.0, until_rerun=True)  # timeout 1 s, lease 2 s
     worker = workers("--concurrency", "2", "--worker-id", "slowpoke", env=fast_env())
     wait_for(lambda: status_of(job.id) == "done", 60, "the rerun to finish")
     worker.wait_for_log("overran its timeout of 1s", timeout=30)
@@ -106,14 +106,20 @@ def lease_left(job_id: int) -> float:
 
 
 def test_a_handler_lease_replaces_the_worker_default(workers):
-    job = jobs.long_lease.enqueue(3.0)  # lease 30 s, under a worker whose default lease is 2 s
+    job = jobs.long_lease.enqueue()  # lease 30 s, under a worker whose default lease is 2 s
     workers(env=fast_env())
     wait_for(lambda: executions("long-lease-start"), 60, "the job to start")
-    # The first heartbeat, sent as the job starts, sets the handler's own lease.
+    # The first heartbeat, sent as the job starts, sets the handler's own lease. The job runs until
+    # released below, so it is surely still running while we look.
     wait_for(lambda: lease_left(job.id) > 10, 30, "the handler's lease to be applied")
     left = lease_left(job.id)
     assert 10 < left <= 30
+    query(
+        "INSERT INTO test_executions (kind, value) VALUES ('long-lease-release', %s) RETURNING id", [job.id]
+    )
     wait_for(lambda: status_of(job.id) == "done", 60, "the job to finish")
+    job.refresh_from_db()
+    assert job.attempts == 1 and [h["outcome"] for h in job.history] == ["done"]
 
 
 def _cut_connections() -> int:
