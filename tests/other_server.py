@@ -61,21 +61,6 @@ class Address:
             return cursor.fetchall() if cursor.description else []
 
 
-def django_run(env: dict[str, str], code: str, timeout: float = 120) -> str:
-    """Run ``code`` after ``django.setup()`` in a fresh interpreter with ``env``; its stdout."""
-    result = subprocess.run(
-        [sys.executable, "-c", f"import django\ndjango.setup()\n{code}"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert result.returncode == 0, f"child failed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
-    return result.stdout
-
-
 def manage(env: dict[str, str], *args: str, timeout: float = 180) -> str:
     """``python -m django <args>`` with ``env``; its output (stdout and stderr)."""
     result = subprocess.run(
