@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from .exceptions import InvalidJob, PayloadNotSerializable
@@ -55,10 +56,23 @@ def _problem(value: Any, path: str) -> tuple[str, str] | None:
     return (path, f"{type(value).__name__} is not JSON-serialisable")
 
 
-def check_arguments(task: str, args: tuple | list, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """The payload dict for ``args``/``kwargs``, or :class:`PayloadNotSerializable` naming the culprit."""
+def check_arguments(
+    task: str, args: tuple | list, kwargs: dict[str, Any], names: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The payload dict for ``args``/``kwargs``, or :class:`PayloadNotSerializable` naming the culprit.
+
+    ``names`` are the handler's parameter names for the positional arguments, in order (``*args``
+    for those a star parameter takes), so a refusal names the parameter however the caller passed
+    it: ``argument 'when' (positional 0)``. Without them it can only say ``positional argument 0``.
+    """
     for index, value in enumerate(args):
-        _check(task, f"positional argument {index}", f"args[{index}]", value)
+        name = names[index] if index < len(names) else None
+        if name is None:
+            label, root = f"positional argument {index}", f"args[{index}]"
+        else:
+            label = f"argument {name!r} (positional {index})"
+            root = f"args[{index}]" if name.startswith("*") else name
+        _check(task, label, root, value)
     for name, value in kwargs.items():
         _check(task, f"argument {name!r}", name, value)
     return {"args": list(args), "kwargs": dict(kwargs)}

@@ -167,7 +167,26 @@ class JobHandler(Generic[P, R]):
                 self._signature.bind(*args, **kwargs)
         except TypeError as exc:
             raise InvalidJob(f"job {self.name!r}: {exc}") from None
-        return check_arguments(self.name, args, kwargs)
+        return check_arguments(self.name, args, kwargs, self._positional_names(len(args)))
+
+    def _positional_names(self, count: int) -> list[str]:
+        """The parameter each of ``count`` positional arguments binds to (the call was bound, so
+        they fit): its name, or ``*name`` for those a star parameter collects."""
+        parameters = list(self._signature.parameters.values())[1 if self.takes_context else 0 :]
+        names: list[str] = []
+        for parameter in parameters:
+            if len(names) == count:
+                break
+            if parameter.kind is inspect.Parameter.VAR_POSITIONAL:
+                names += [f"*{parameter.name}"] * (count - len(names))
+            elif parameter.kind in (
+                inspect.Parameter.POSITIONAL_ONLY,
+                inspect.Parameter.POSITIONAL_OR_KEYWORD,
+            ):
+                names.append(parameter.name)
+            else:
+                break
+        return names
 
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> Job:
         """Queue a run with these arguments; returns the job, with ``job.created`` False for a

@@ -48,7 +48,7 @@ def job_count() -> int:
 
 
 def prerequisite_missing(message: str) -> NoReturn:
-    """A test whose prerequisite this machine lacks (a browser, a server we may restart...).
+    """A test whose prerequisite this machine lacks (a browser, PgBouncer, root...).
 
     With ``PGJOBS_REQUIRE_ALL`` set (``.ci/run`` sets it: its machine provides every prerequisite)
     a missing one fails the run instead of hiding behind a skip. Anywhere else, the test is skipped

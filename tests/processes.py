@@ -32,8 +32,15 @@ def wait_for(condition: Callable[[], T], timeout: float = 30.0, what: str = "con
         delay = min(delay * 1.5, 0.2)
 
 
+#: ``application_name`` of every session a process started by the tests opens (libpq reads
+#: ``PGAPPNAME``): a test that cuts connections cuts only these, never someone else's.
+APPLICATION_NAME = "pgjobs-test-child"
+
+
 def worker_env(**extra: str) -> dict[str, str]:
+    """Environment for a child process of the tests: the test settings, the test database."""
     env = dict(os.environ)
+    env["PGAPPNAME"] = APPLICATION_NAME
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     env["PGJOBS_WORKER_DB_NAME"] = connection.settings_dict["NAME"]

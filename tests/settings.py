@@ -1,6 +1,7 @@
 """Settings for the test suite: a real PostgreSQL, from DATABASE_URL or the embedded server."""
 
 import os
+import secrets
 
 from django_pgjobs.embedded import database_settings
 
@@ -71,11 +72,32 @@ TEMPLATES = [
 STATIC_URL = "/static/"
 
 DATABASES = {"default": database_settings(mode="test")}
-# Each concurrent run of the suite (a developer's shell, CI, tox envs) may name its own test database.
-DATABASES["default"]["TEST"] = {"NAME": os.environ.get("PGJOBS_TEST_DB_NAME", "test_pgjobs")}
+# Every run of the suite gets a test database of its own, so runs against one server (two
+# developers, CI, tox envs side by side) never meet; PGJOBS_TEST_DB_NAME chooses the name instead.
+# Exported, so every process of this run agrees on it.
+os.environ.setdefault("PGJOBS_TEST_DB_NAME", f"test_pgjobs_{secrets.token_hex(4)}")
+DATABASES["default"]["TEST"] = {"NAME": os.environ["PGJOBS_TEST_DB_NAME"]}
+# Processes a test starts against a server other than the suite's own (the restart test's
+# throwaway server, a PgBouncer) get its address here: a plain PostgreSQL entry, nothing embedded.
+if os.environ.get("PGJOBS_TEST_DB_HOST"):
+    DATABASES["default"] = {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": os.environ["PGJOBS_TEST_DB_HOST"],
+        "PORT": os.environ.get("PGJOBS_TEST_DB_PORT", ""),
+        "NAME": os.environ.get("PGJOBS_WORKER_DB_NAME", "postgres"),
+        "USER": os.environ.get("PGJOBS_TEST_DB_USER", "postgres"),
+        "PASSWORD": "",
+        "OPTIONS": {},
+    }
 # Worker processes started by the tests connect straight to the test database the suite created.
 if os.environ.get("PGJOBS_WORKER_DB_NAME"):
     DATABASES["default"]["NAME"] = os.environ["PGJOBS_WORKER_DB_NAME"]
+# Behind PgBouncer in transaction pooling mode (the README's settings): a server session may
+# change between transactions, so no server-side cursors and no prepared statements.
+if os.environ.get("PGJOBS_TEST_PGBOUNCER"):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    if os.environ["PGJOBS_TEST_PGBOUNCER"] != "bare":  # "bare": only the defaults
+        DATABASES["default"]["OPTIONS"]["prepare_threshold"] = None
 # ... possibly through a proxy the test controls (tests/proxy.py).
 if os.environ.get("PGJOBS_WORKER_DB_HOST"):
     DATABASES["default"] = {
@@ -107,3 +129,6 @@ PGJOBS = {
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", min(10.0, _TEST_LEASE / 3))),
     "SWEEP_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_TEST_SWEEP_INTERVAL", "15")),
 }
+# The PgBouncer test runs one worker with the setting rather than ``--no-listen``.
+if os.environ.get("PGJOBS_TEST_LISTEN") == "0":
+    PGJOBS["LISTEN"] = False

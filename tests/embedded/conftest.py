@@ -18,9 +18,20 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.embedded import server
+from django_pgjobs.embedded.lifetime import STANDALONE_LOADER
 
 REPO = Path(__file__).resolve().parents[2]
-SERVER_PY = Path(server.__file__).resolve()
+EMBEDDED_DIR = Path(server.__file__).resolve().parent
+
+
+def standalone_server(package_dir: Path = EMBEDDED_DIR) -> str:
+    """Code that loads the embedded package from ``package_dir`` without Django or the project on
+    ``sys.path`` (as the watchdog does) and binds its ``server`` module to ``srv``."""
+    return (
+        STANDALONE_LOADER
+        + "from pathlib import Path\n"
+        + f"srv = importlib.import_module(load_standalone({str(package_dir)!r}).__name__ + '.server')\n"
+    )
 
 
 def postgres_pids_under(root: Path) -> list[int]:

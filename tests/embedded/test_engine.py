@@ -7,6 +7,7 @@ contenttypes + auth only) and its own ``atexit``, exactly like ``manage.py`` inv
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.embedded import ENGINE, database_settings, embedded_database, server
+from tests.helpers import prerequisite_missing
 from tests.processes import wait_for
 
 from .conftest import child_env, postgres_pids_under, run_python
@@ -140,6 +142,48 @@ def test_development_server_outlives_commands_and_pgembedded_stops_it(
         f"\nembedded timings (python -m django migrate, contenttypes+auth, incl. interpreter "
         f"start): cold {cold:.2f}s, warm {warm:.2f}s, server already running {hot:.2f}s"
     )
+
+
+@pytest.mark.parametrize("home", ["reachable", "private"])
+def test_two_checkouts_get_two_servers_and_stop_only_their_own(workdir: Path, home: str) -> None:
+    """Two clones of one project (same settings module name, two directories) on one machine, with
+    the default data directory: each gets its own server; ``pgembedded`` shows and stops only its
+    own. As root with a private home both live under the shared base, still apart."""
+    if home == "private" and server.server_user() is None:
+        prerequisite_missing("only root moves the data out of a private home: this case needs root")
+    xdg = workdir / "home" / ".local" / "share"
+    xdg.parent.parent.mkdir(mode=0o700 if home == "private" else 0o711)
+    envs = []
+    for clone in ("clone-a", "clone-b"):
+        package = workdir / clone / "shop"
+        package.mkdir(parents=True)
+        (package / "__init__.py").write_text("")
+        (package / "settings.py").write_text((Path(__file__).parent / "django_settings.py").read_text())
+        env = child_env(DJANGO_SETTINGS_MODULE="shop.settings", XDG_DATA_HOME=str(xdg))
+        env[server.ENV_SHARED_DIR] = str(workdir / "shared")
+        env.pop(server.ENV_DATA_DIR, None)
+        env["PYTHONPATH"] = os.pathsep.join([str(workdir / clone), env["PYTHONPATH"]])
+        envs.append(env)
+    for env in envs:
+        manage(env, "migrate", "-v0")
+    a, b = (pgembedded(env, "status") for env in envs)
+    pid_a, pid_b = (int(status.split("pid ")[1].split(")")[0]) for status in (a, b))
+    dir_a, dir_b = (Path(status.split("data directory: ")[1].splitlines()[0]) for status in (a, b))
+    assert pid_a != pid_b and dir_a != dir_b, (a, b)
+    assert f"({workdir / 'clone-a' / 'shop'})" in a and f"({workdir / 'clone-b' / 'shop'})" in b
+    expected_base = workdir / "shared" if home == "private" else xdg / "django-pgjobs"
+    assert dir_a.parent.parent == dir_b.parent.parent == expected_base
+
+    stopped = pgembedded(envs[0], "stop")
+    assert f"stopped the embedded server of shop.settings ({workdir / 'clone-a' / 'shop'})" in stopped
+    assert f"pid {pid_a}" in stopped
+    wait_for(lambda: not server.postmaster_alive(pid_a), what="clone a's server to stop")
+    assert server.postmaster_alive(pid_b), "stopping one checkout's server stopped the other's"
+    assert "running (pid" in pgembedded(envs[1], "status")
+    assert pgembedded(envs[0], "status").startswith("stopped")
+    assert "not running" in pgembedded(envs[0], "stop")
+    pgembedded(envs[1], "stop")
+    wait_for(lambda: not server.postmaster_alive(pid_b), what="clone b's server to stop")
 
 
 def test_test_mode_children_attach_and_the_owner_stops_the_server() -> None:

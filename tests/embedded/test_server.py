@@ -15,10 +15,11 @@ import psycopg
 import pytest
 
 from django_pgjobs.embedded import server
+from django_pgjobs.embedded.project import Project, current_project
 from tests.helpers import prerequisite_missing
 from tests.processes import wait_for
 
-from .conftest import SERVER_PY, child_env, postgres_pids_under, run_python
+from .conftest import EMBEDDED_DIR, child_env, postgres_pids_under, run_python, standalone_server
 
 IS_ROOT = os.geteuid() == 0
 
@@ -70,7 +71,9 @@ def test_binaries_are_located_without_importing_the_package() -> None:
 
 def test_missing_package_gives_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(server.ENV_BIN_DIR, raising=False)
-    monkeypatch.setattr(server, "_package_bin_dir", lambda: None)
+    from django_pgjobs.embedded import binaries
+
+    monkeypatch.setattr(binaries, "_package_bin_dir", lambda: None)
     with pytest.raises(server.BinariesNotFound, match=r"install django-pgjobs\[embedded\] or set"):
         server.find_binaries()
 
@@ -120,16 +123,17 @@ def test_cold_start_warm_start_and_stop(workdir: Path) -> None:
 
 def test_two_processes_starting_at_once_share_one_server(workdir: Path) -> None:
     data_dir, go = workdir / "pg", workdir / "go"
-    code = f"""
-import importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("srv", {str(SERVER_PY)!r})
-srv = importlib.util.module_from_spec(spec); sys.modules["srv"] = srv; spec.loader.exec_module(srv)
+    code = (
+        standalone_server()
+        + f"""
+import json, time
 deadline = time.monotonic() + 30
-while not srv.Path({str(go)!r}).exists() and time.monotonic() < deadline:
+while not Path({str(go)!r}).exists() and time.monotonic() < deadline:
     time.sleep(0.005)
-info = srv.ensure_server(srv.ServerConfig(data_dir=srv.Path({str(data_dir)!r}), durable=False))
+info = srv.ensure_server(srv.ServerConfig(data_dir=Path({str(data_dir)!r}), durable=False))
 print(json.dumps({{"pid": info.pid}}))
 """
+    )
     procs = [
         subprocess.Popen([sys.executable, "-c", code], env=child_env(), stdout=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -247,6 +251,41 @@ def test_test_server_is_shared_with_children_and_stopped_with_its_owner(ending: 
     assert not data_dir.parent.exists()
 
 
+THROWAWAY = """
+import json, sys
+from django_pgjobs.embedded import server
+with server.throwaway_server() as config:
+    info = server.ensure_server(config)
+    print(json.dumps({"pid": info.pid, "data_dir": str(config.data_dir),
+                      "exported": server.ENV_TEST_DATA_DIR in __import__("os").environ}), flush=True)
+    if sys.argv[1] == "hang":
+        sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("ending", ["block-ends", "sigkill"])
+def test_a_throwaway_server_is_removed_when_its_block_ends_or_its_process_dies(ending: str) -> None:
+    """The restart test's own server: nothing handed to children, gone afterwards in any case."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", THROWAWAY, "hang" if ending == "sigkill" else "exit"],
+        env=child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert owner.stdout is not None
+    report = json.loads(owner.stdout.readline())
+    data_dir = Path(report["data_dir"])
+    assert report["exported"] is False, "a throwaway server is not this process's test server"
+    if ending == "sigkill":
+        assert server.postmaster_alive(report["pid"])
+        owner.kill()
+    owner.wait(timeout=60)
+    wait_for(lambda: not server.postmaster_alive(report["pid"]), what="server stop")
+    wait_for(lambda: not data_dir.parent.exists(), what="temporary directory removal")
+    assert not postgres_pids_under(data_dir.parent)
+
+
 # --- root and non-root ------------------------------------------------------------------------
 
 
@@ -331,15 +370,18 @@ def test_non_root_path_as_an_unprivileged_user() -> None:
     binaries = server.usable_binaries(server.find_binaries(), user)
     home = Path(tempfile.mkdtemp(prefix="pgju-", dir="/tmp"))
     os.chown(home, user.uid, user.gid)
-    script = home / "server.py"
-    shutil.copy(SERVER_PY, script)
-    os.chown(script, user.uid, user.gid)
-    code = f"""
-import importlib.util, json, os, sys
-spec = importlib.util.spec_from_file_location("srv", {str(script)!r})
-srv = importlib.util.module_from_spec(spec); sys.modules["srv"] = srv; spec.loader.exec_module(srv)
+    package = home / "embedded"  # the package's modules, readable by the server user
+    package.mkdir()
+    for module in EMBEDDED_DIR.glob("*.py"):
+        shutil.copy(module, package / module.name)
+    for path in (package, *package.iterdir()):
+        os.chown(path, user.uid, user.gid)
+    code = (
+        standalone_server(package)
+        + f"""
+import json
 assert srv.server_user() is None
-config = srv.ServerConfig(data_dir=srv.Path({str(home / "pg")!r}), bin_dir={str(binaries.bin_dir)!r},
+config = srv.ServerConfig(data_dir=Path({str(home / "pg")!r}), bin_dir={str(binaries.bin_dir)!r},
                           durable=False)
 info = srv.ensure_server(config)
 with open(f"/proc/{{info.pid}}/status") as f:
@@ -347,6 +389,7 @@ with open(f"/proc/{{info.pid}}/status") as f:
 print(json.dumps({{"uid": uid, "me": os.geteuid(), "stopped": srv.stop_server(config.data_dir),
                   "alive": srv.postmaster_alive(info.pid)}}))
 """
+    )
     try:
         result = subprocess.run(
             [python, "-c", code],
@@ -368,18 +411,34 @@ print(json.dumps({{"uid": uid, "me": os.geteuid(), "stopped": srv.stop_server(co
 
 
 def test_default_development_data_dir(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Under the XDG data home, major version in the name; as root never inside a private home."""
+    """Under the XDG data home, per project, major version in the name; as root never inside a
+    private home."""
     monkeypatch.setenv(server.ENV_SHARED_DIR, str(workdir / "shared"))
     monkeypatch.setenv("XDG_DATA_HOME", str(workdir / "xdg"))
     user = server.server_user()
-    assert server.default_data_dir(18, user) == workdir / "xdg" / "django-pgjobs" / "pg18"
+    project = Project("shop.settings", Path("/src/shop/shop"))
+    key = project.key
+    assert key.startswith("shop.settings-") and len(key) == len("shop.settings-") + 12
+    assert server.default_data_dir(18, user, project) == workdir / "xdg" / "django-pgjobs" / key / "pg18"
+    other = Project("shop.settings", Path("/src/shop-clone/shop"))  # a second checkout
+    assert server.default_data_dir(18, user, other) != server.default_data_dir(18, user, project)
     if user is None:
         return
     private = workdir / "home"
     private.mkdir(mode=0o700)
     monkeypatch.setenv("XDG_DATA_HOME", str(private / ".local" / "share"))
-    assert server.default_data_dir(18, user) == workdir / "shared" / "pg18"
+    assert server.default_data_dir(18, user, project) == workdir / "shared" / key / "pg18"
+    assert server.default_data_dir(18, user, other) == workdir / "shared" / other.key / "pg18"
     assert (private.stat().st_mode & 0o777) == 0o700
+
+
+def test_the_project_is_the_settings_modules_directory(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DJANGO_SETTINGS_MODULE", "tests.embedded.django_settings")
+    here = Path(__file__).resolve().parent
+    assert current_project() == Project("tests.embedded.django_settings", here)
+    monkeypatch.delenv("DJANGO_SETTINGS_MODULE")
+    monkeypatch.chdir(here.parent)
+    assert current_project() == Project("tests", here.parent)  # settings.configure(): the cwd
 
 
 # --- clear errors for bad input ---------------------------------------------------------------

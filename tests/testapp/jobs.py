@@ -27,6 +27,34 @@ def _record(kind: str, job_id: int | None, value: Any = None) -> None:
         )
 
 
+def _wait_for_rows(kind: str, value: Any, count: int, timeout: float) -> bool:
+    """Wait (bounded) until ``count`` side-effect rows ``(kind, value)`` exist: handlers that must
+    overlap, or outlast something, wait on that condition rather than sleep for a fixed time."""
+    deadline = time.monotonic() + timeout
+    delay = 0.01
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM test_executions WHERE kind = %s AND value = %s", [kind, str(value)]
+            )
+            if cursor.fetchone()[0] >= count:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.1)
+
+
+@job(name="tests.rendezvous", takes_context=True)
+def rendezvous(context: JobContext, group: str, n: int, timeout: float = 30.0) -> bool:
+    """Starts, then waits until all ``n`` jobs of ``group`` have started (at most ``timeout``):
+    they can all end only if they all ran at the same time. Returns whether they met."""
+    _record("rendezvous-start", context.job_id, group)
+    met = _wait_for_rows("rendezvous-start", group, n, timeout)
+    _record("rendezvous-end", context.job_id, group)
+    return met
+
+
 @job(name="tests.echo", takes_context=True)
 def echo(context: JobContext, value: Any = None) -> Any:
     _record("echo", context.job_id, value)
@@ -107,10 +135,16 @@ def backoff_fails() -> None:
 
 
 @job(name="tests.overruns", takes_context=True, timeout=1.0, backoff=lambda attempt, exc: 0.0)
-def overruns(context: JobContext, first: float) -> int:
-    """Runs past its 1 s timeout on the first attempt (so its lease must lapse), quick afterwards."""
+def overruns(context: JobContext, first: float, until_rerun: bool = False) -> int:
+    """Runs past its 1 s timeout on the first attempt (so its lease must lapse), quick afterwards.
+
+    Attempt 1 runs ``first`` seconds, or with ``until_rerun`` until attempt 2 has ended (at most
+    ``first``), so it surely ends after the rerun, however slow the machine."""
     _record("overrun-start", context.job_id, context.attempt)
-    time.sleep(first if context.attempt == 1 else 0.0)
+    if context.attempt == 1 and until_rerun:
+        _wait_for_rows("overrun-end", 2, 1, first)
+    elif context.attempt == 1:
+        time.sleep(first)
     _record("overrun-end", context.job_id, context.attempt)
     return context.attempt
 
@@ -152,25 +186,24 @@ def soak(context: JobContext) -> None:
 
 
 @job(name="tests.long_lease", takes_context=True, lease=30.0)
-def long_lease(context: JobContext, seconds: float) -> None:
-    """A handler with its own lease, longer than the worker's default."""
+def long_lease(context: JobContext, timeout: float = 60.0) -> None:
+    """A handler with its own lease, longer than the worker's default. Runs until the test
+    records ``("long-lease-release", <job id>)`` (at most ``timeout``), so the test can look at
+    its lease while it surely still runs."""
     _record("long-lease-start", context.job_id, context.attempt)
-    time.sleep(seconds)
+    _wait_for_rows("long-lease-release", context.job_id, 1, timeout)
 
 
-def _wait_for_execution(kind: str, attempt: int, timeout: float = 60.0) -> None:
-    """Block (bounded) until a handler run recorded ``kind`` for ``attempt``: lets a test line up
-    two runs of one job without guessing how long the machine takes."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT 1 FROM test_executions WHERE kind = %s AND value = %s", [kind, str(attempt)]
-            )
-            if cursor.fetchone():
-                return
-        time.sleep(0.02)
-    raise TimeoutError(f"no {kind} for attempt {attempt} within {timeout}s")
+@job(name="tests.pooled", takes_context=True)
+def pooled(context: JobContext) -> None:
+    """Records, in one statement, which server session ran it (``pg_backend_pid()``): behind a
+    transaction pooler the worker connections share the pooler's few server sessions."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_executions (kind, job_id, value, pid) "
+            "VALUES ('pooled', %s, pg_backend_pid()::text, %s)",
+            [context.job_id, os.getpid()],
+        )
 
 
 @job(name="tests.overrun_once", takes_context=True, timeout=2.0, max_attempts=1)
@@ -179,10 +212,9 @@ def overrun_once(context: JobContext) -> dict[str, Any]:
     only once attempt 2 has started; attempt 2 returns when the test records "go". The result
     says which run produced it."""
     _record("overrun-once-start", context.job_id, context.attempt)
-    if context.attempt == 1:
-        _wait_for_execution("overrun-once-start", 2)
-    else:
-        _wait_for_execution("go", context.attempt)
+    kind = "overrun-once-start" if context.attempt == 1 else "go"
+    if not _wait_for_rows(kind, 2, 1, 60.0):
+        raise TimeoutError(f"no {kind} for attempt 2 within 60 s")
     _record("overrun-once-end", context.job_id, context.attempt)
     return {"attempt": context.attempt, "pid": os.getpid()}
 

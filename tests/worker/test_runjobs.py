@@ -89,21 +89,22 @@ def test_non_json_result_is_a_recorded_failure(workers):
 
 
 def test_concurrency_runs_jobs_at_the_same_time(workers):
-    for _ in range(4):
-        jobs.sleep.enqueue(1.0)
+    # Each job waits (up to 30 s) until all four have started: they meet only if they run at once.
+    ids = [jobs.rendezvous.enqueue("four", 4).id for _ in range(4)]
     started = time.monotonic()
     worker = workers("--burst", "--concurrency", "4")
-    assert worker.wait() == 0, worker.output()
+    assert worker.wait(90) == 0, worker.output()
     elapsed = time.monotonic() - started
-    assert Job.objects.filter(status="done").count() == 4
-    # Four one-second jobs overlapped: every start happened before any end.
+    assert Job.objects.filter(pk__in=ids, status="done").count() == 4
+    assert set(Job.objects.filter(pk__in=ids).values_list("result", flat=True)) == {True}, "did not meet"
+    # Every start happened before any end.
     rows = query(
-        "SELECT max(at) FILTER (WHERE kind = 'sleep-start'), min(at) FILTER (WHERE kind = 'sleep-end') "
-        "FROM test_executions"
+        "SELECT max(at) FILTER (WHERE kind = 'rendezvous-start'), "
+        "min(at) FILTER (WHERE kind = 'rendezvous-end') FROM test_executions"
     )
     last_start, first_end = rows[0]
     assert last_start < first_end, (last_start, first_end)
-    print(f"4 x 1s jobs with --concurrency 4: {elapsed:.2f}s wall (process start included)")
+    print(f"4 jobs meeting with --concurrency 4: {elapsed:.2f}s wall (process start included)")
 
 
 def test_burst_exits_when_nothing_is_ready_but_leaves_delayed_jobs(workers):
@@ -145,18 +146,21 @@ def test_transactional_enqueue(workers):
 
 
 def test_listen_wakes_an_idle_worker_within_milliseconds(workers):
-    worker = workers("--poll-interval", "30")
+    worker = workers("--poll-interval", "600")
     worker.wait_for_log("listening for notifications")
     wait_for(lambda: "started" in worker.output(), 10, "worker start")
     latencies = []
     for i in range(5):
         job = jobs.echo.enqueue(i)
-        wait_for(lambda job=job: status_of(job.id) == "done", 10, "notified job to finish")
+        wait_for(lambda job=job: status_of(job.id) == "done", 30, "notified job to finish")
         job.refresh_from_db()
         latencies.append((job.started_at - job.created_at).total_seconds())
-    # With a 30 s poll interval only the notification can explain a start this fast.
+    # With a 10-minute poll interval only the notification can explain these starts. The bound is
+    # far below the poll interval, not a tight latency figure: a busy shared machine may pause a
+    # process for a second (typical latencies, printed, are milliseconds).
     print("enqueue -> start latencies (s):", [round(x, 4) for x in latencies])
-    assert max(latencies) < 1.0, latencies
+    assert sorted(latencies)[len(latencies) // 2] < 1.0, latencies
+    assert max(latencies) < 10.0, latencies
 
 
 def test_no_listen_polls(workers):

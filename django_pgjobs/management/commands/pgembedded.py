@@ -1,7 +1,9 @@
 """``manage.py pgembedded status|start|stop``: look after the embedded development server.
 
 In development the server deliberately outlives ``runserver`` and ``runjobs`` (they share it), so
-something has to show where it is and stop it. Test servers stop themselves.
+something has to show where it is and stop it. It is this project's server only: the data
+directory is keyed by the project, so another checkout's server is never shown or stopped. Test
+servers stop themselves.
 """
 
 from __future__ import annotations
@@ -63,17 +65,27 @@ class Command(BaseCommand):
                     self.stdout.write(f"running (pid {info.pid}, test mode)")
                     self._describe(info)
                 return
+            # This project's server only (its data directory is keyed by the project): another
+            # checkout's server is neither shown nor stopped.
             config = server.resolve_config(embedded)
+            info = server.running_server(config.data_dir)
             if action == "stop":
                 stopped = server.stop_server(config.data_dir)
-                self.stdout.write("stopped" if stopped else "not running")
+                pid = f"pid {info.pid}, " if info is not None else ""
+                whose = f"the embedded server of {config.project}"
+                self.stdout.write(
+                    f"stopped {whose} ({pid}data directory {config.data_dir})"
+                    if stopped
+                    else f"not running: {whose} (data directory {config.data_dir})"
+                )
                 return
-            info = server.running_server(config.data_dir)
             if info is None:
                 self.stdout.write("stopped")
+                self.stdout.write(f"project: {config.project}")
                 self.stdout.write(f"data directory: {config.data_dir}")
             else:
                 self.stdout.write(f"running (pid {info.pid})")
+                self.stdout.write(f"project: {config.project}")
                 self._describe(info)
         except server.EmbeddedPostgresError as exc:
             raise CommandError(str(exc)) from exc

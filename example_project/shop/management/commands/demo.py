@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import random
 import sys
 import threading
@@ -24,6 +25,10 @@ from django_pgjobs.worker import Worker, WorkerOptions
 from shop import tasks as shop_tasks
 from shop.jobs import deliver_webhook, process_document, send_receipt
 from shop.models import Document, Invoice, WebhookDelivery
+
+#: How often the progress line is redrawn on a terminal, and printed anew into a pipe or a log.
+PROGRESS_TTY_SECONDS = 0.3
+PROGRESS_LOG_SECONDS = 5.0
 
 
 class Command(BaseCommand):
@@ -90,7 +95,8 @@ class Command(BaseCommand):
         )
         ours = Q(created_at__gte=started_at)
         stop = threading.Event()
-        progress = threading.Thread(target=self._progress, args=(ours, stop), daemon=True)
+        tty = self.stdout.isatty()
+        progress = threading.Thread(target=self._progress, args=(ours, stop, tty), daemon=True)
         clock = time.monotonic()
         with override_settings(EMAIL_BACKEND="django.core.mail.backends.locmem.EmailBackend"):
             progress.start()
@@ -98,6 +104,8 @@ class Command(BaseCommand):
             stop.set()
             progress.join()
         elapsed = time.monotonic() - clock
+        # The last progress line is counted after the workers finished, so it agrees with the table.
+        self.stdout.write(("\r" if tty else "") + self._progress_line(ours))
         self._report(ours, elapsed)
         self._report_task(report)
         self._hints()
@@ -143,16 +151,19 @@ class Command(BaseCommand):
                 return
             time.sleep(max(0.0, min(5.0, (upcoming - timezone.now()).total_seconds())))
 
-    def _progress(self, ours: Q, stop: threading.Event) -> None:
+    def _progress_line(self, ours: Q) -> str:
+        counts = dict(Job.objects.filter(ours).values_list("status").annotate(n=Count("id")))
+        statuses = ("scheduled", "ready", "running", "done", "dead")
+        return "  " + "  ".join(f"{s}: {counts.get(s, 0):4}" for s in statuses)
+
+    def _progress(self, ours: Q, stop: threading.Event, tty: bool) -> None:
+        """On a terminal, one line redrawn in place; into a pipe or a CI log, a line every few
+        seconds (carriage returns there are one endless line, or hundreds)."""
         try:
-            while not stop.wait(0.3):
-                counts = dict(Job.objects.filter(ours).values_list("status").annotate(n=Count("id")))
-                line = "  " + "  ".join(
-                    f"{s}: {counts.get(s, 0):4}" for s in ("scheduled", "ready", "running", "done", "dead")
-                )
-                sys.stdout.write("\r" + line)
-                sys.stdout.flush()
-            sys.stdout.write("\n")
+            while not stop.wait(PROGRESS_TTY_SECONDS if tty else PROGRESS_LOG_SECONDS):
+                line = self._progress_line(ours)
+                self.stdout.write("\r" + line if tty else line, ending="" if tty else "\n")
+                self.stdout.flush()
         finally:
             connection.close()
 
@@ -201,7 +212,7 @@ def _interpreter() -> str:
     """The Python that ran the demo (the quickstart's .venv), as the user can type it from the
     repository root: a bare ``python`` may not have Django."""
     root = Path(__file__).resolve().parents[4]
-    exe = Path(sys.executable)
+    exe = Path(os.path.normpath(sys.executable))
     try:
         return str(exe.relative_to(root))
     except ValueError:
