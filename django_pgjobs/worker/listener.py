@@ -4,8 +4,11 @@ by the poll interval.
 
 Behind PgBouncer in transaction pooling mode ``LISTEN`` is accepted but nothing ever arrives (the
 session that listens is not the one the client talks to between transactions). So after listening
-the listener notifies itself once and waits for that probe: if it never comes, it says so in the
-log and stops, leaving the worker to polling instead of silently pretending.
+the listener also listens on a private channel, sends a probe to it from a second, short-lived
+connection and waits for it: if it never comes, it says so in the log and stops, leaving the worker
+to polling instead of silently pretending. (A probe sent on the listening connection itself proves
+nothing: PgBouncer may run it on the very server session that listens, which hears its own
+notification, and the pooler then closes the listener mid-wait.)
 """
 
 from __future__ import annotations
@@ -13,7 +16,9 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable
+from typing import Any
 
 from .connections import WorkerConnection
 from .outcome import safe_str
@@ -62,10 +67,7 @@ class Listener:
         raw = self.conn.wrapper.connection
         raw.autocommit = True
         raw.execute(f'LISTEN "{self.channel}"')
-        probe = f"pgjobs-probe-{secrets.token_hex(8)}"
-        raw.execute("SELECT pg_notify(%s, %s)", (self.channel, probe))
-        heard = any(n.payload == probe for n in raw.notifies(timeout=PROBE_SECONDS, stop_after=1))
-        if not heard:
+        if not self._probe(raw):
             self.deaf = True
             logger.warning(
                 "LISTEN on channel %r receives no notifications on this connection (a connection "
@@ -79,7 +81,25 @@ class Listener:
         self.wake()  # anything enqueued while we were not listening
         while not self._stopped.is_set():
             for note in raw.notifies(timeout=1.0):
-                if note.payload.startswith("pgjobs-probe-"):
+                if note.channel != self.channel:
                     continue
                 if self.queues is None or note.payload in self.queues:
                     self.wake()
+
+    def _probe(self, raw: Any) -> bool:
+        """Whether a notification sent by another session reaches this one."""
+        private = f"pgjobs_probe_{secrets.token_hex(8)}"
+        raw.execute(f'LISTEN "{private}"')
+        params = self.conn.wrapper.get_connection_params()
+        sender = self.conn.wrapper.get_new_connection(params)
+        try:
+            sender.autocommit = True
+            sender.execute("SELECT pg_notify(%s, 'probe')", (private,))
+        finally:
+            sender.close()
+        deadline = time.monotonic() + PROBE_SECONDS
+        while (left := deadline - time.monotonic()) > 0:
+            # Wake-ups on the main channel may arrive first; they are not lost (polling follows).
+            if any(n.channel == private for n in raw.notifies(timeout=left)):
+                return True
+        return False
