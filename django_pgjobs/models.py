@@ -77,6 +77,12 @@ class Job(models.Model):
     )
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    #: A running job asked to stop (``Job.objects.cancel``): when, and by whom. Its worker learns
+    #: it at the next heartbeat (or at once by notification) and the handler sees it in its context.
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_by = models.CharField(max_length=200, null=True, blank=True)
+    #: Times the handler raised ``Snooze``: a snooze spends no attempt, so this bounds them.
+    snoozes = models.IntegerField(default=0, db_default=0)
     created_at = models.DateTimeField(db_default=StatementTimestamp())
     updated_at = models.DateTimeField(db_default=StatementTimestamp())
 
@@ -178,3 +184,58 @@ class DeadJob(Job):
         verbose_name = "dead letter"
         verbose_name_plural = "dead letters"
         ordering = ["-finished_at", "-id"]
+
+
+class WorkerProcess(models.Model):
+    """One row per live ``runjobs`` process (each supervisor child too), written by its heartbeat
+    thread: registered at start, its ``expires_at`` pushed forward every beat (a HOT update: no
+    index holds it), deleted on a clean exit. A process that stops beating is not live once
+    ``expires_at`` passes (a few heartbeats) and the sweep deletes its row later. Written by
+    :mod:`django_pgjobs.fleet`; read by the admin's Workers page, ``jobstats`` and the metrics."""
+
+    #: The worker's name: its ``--worker-id`` and, after ``#``, this process incarnation (the
+    #: value its claims write into ``Job.locked_by``).
+    name = models.CharField(max_length=200, primary_key=True)
+    worker_id = models.CharField(max_length=200)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    #: Queues it claims from (empty: every queue) and per-queue limits (``-q mail:4``).
+    queues = models.JSONField(default=list)
+    queue_limits = models.JSONField(default=dict)
+    concurrency = models.IntegerField()
+    version = models.CharField(max_length=50)
+    started_at = models.DateTimeField()
+    heartbeat_at = models.DateTimeField()
+    #: Live until then; each beat sets it a few heartbeat intervals ahead.
+    expires_at = models.DateTimeField()
+    #: Jobs held at the last beat (claimed ahead, running, or finished with the outcome unwritten).
+    in_flight = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "pgjobs_worker"
+        ordering = ["worker_id", "name"]
+        verbose_name = "worker"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def claims_from(self, queue: str) -> bool:
+        return not self.queues or queue in self.queues
+
+
+class QueuePause(models.Model):
+    """A paused queue: workers claim nothing from it (running jobs finish) until the row is deleted.
+    Written by :mod:`django_pgjobs.queue_control` (admin buttons, ``manage.py jobqueues``); every
+    worker reads the table about once a second."""
+
+    queue = models.CharField(max_length=100, primary_key=True)
+    paused_at = models.DateTimeField()
+    paused_by = models.CharField(max_length=200, blank=True, default="")
+
+    class Meta:
+        db_table = "pgjobs_queue_pause"
+        ordering = ["queue"]
+        verbose_name = "paused queue"
+
+    def __str__(self) -> str:
+        return self.queue

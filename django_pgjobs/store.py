@@ -70,6 +70,9 @@ JOB_COLUMNS = (
     "history",
     "started_at",
     "finished_at",
+    "cancel_requested_at",
+    "cancel_requested_by",
+    "snoozes",
     "created_at",
     "updated_at",
 )
@@ -751,6 +754,9 @@ class Store:
             "history": [],
             "started_at": None,
             "finished_at": None,
+            "cancel_requested_at": None,
+            "cancel_requested_by": None,
+            "snoozes": 0,
             "created_at": created_at,
             "updated_at": created_at,
         }
