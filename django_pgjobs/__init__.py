@@ -17,8 +17,10 @@ from .exceptions import (
     DuplicateTaskName,
     IdempotencyConflict,
     InvalidJob,
+    JobCancelled,
     PayloadNotSerializable,
     PgJobsError,
+    Snooze,
     UnknownTask,
 )
 from .registry import JobContext, JobHandler, job
@@ -29,11 +31,13 @@ __all__ = [
     "DuplicateTaskName",
     "IdempotencyConflict",
     "InvalidJob",
+    "JobCancelled",
     "JobContext",
     "JobHandler",
     "NewJob",
     "PayloadNotSerializable",
     "PgJobsError",
+    "Snooze",
     "UnknownTask",
     "job",
 ]

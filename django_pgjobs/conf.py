@@ -8,7 +8,7 @@ showed up in a busy worker's profile, once per claim and per acknowledgement.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 from django.conf import settings as django_settings
@@ -57,12 +57,21 @@ class PgJobsSettings:
     #: as PgBouncer, whose transaction mode before 1.21 loses prepared statements); True: always
     #: (PgBouncer >= 1.21 with max_prepared_statements, or a port-mapped direct connection).
     PREPARED_STATEMENTS: bool | None = None
+    #: A job snoozed (``raise Snooze(seconds)``) more times than this goes dead: a snooze spends no
+    #: attempt, so without a bound a bug could snooze for ever.
+    MAX_SNOOZES: int = 100
+    #: Periodic jobs for handlers defined elsewhere: a list of dicts with ``task`` (a registered
+    #: handler's name), ``cron`` (with an optional ``timezone``) or ``every`` (seconds or a
+    #: timedelta), and optional ``args``, ``kwargs``, ``name`` and ``missed`` ("latest" or "skip").
+    PERIODIC: list = field(default_factory=list)
 
     def __post_init__(self) -> None:
         """Reject a value of the wrong kind here, where it is read, rather than as a traceback in
         a worker's claim loop or in every enqueue. Ranges that depend on each other (heartbeat
         against lease) are the system check's job."""
         problems = [p for p in (_kind_problem(f.name, getattr(self, f.name)) for f in fields(self)) if p]
+        if isinstance(self.MAX_SNOOZES, int) and self.MAX_SNOOZES < 0:
+            problems.append(f"MAX_SNOOZES must be >= 0, not {self.MAX_SNOOZES}")
         channel = self.NOTIFY_CHANNEL
         if isinstance(channel, str) and not (0 < len(channel.encode()) < 64 and '"' not in channel):
             problems.append(
@@ -91,7 +100,8 @@ _KINDS: dict[str, tuple[type, ...]] = {
 
 
 def _kind_problem(name: str, value: Any) -> str | None:
-    default = next(f.default for f in fields(PgJobsSettings) if f.name == name)
+    spec = next(f for f in fields(PgJobsSettings) if f.name == name)
+    default = spec.default_factory() if spec.default is MISSING else spec.default  # type: ignore[operator]
     allowed = _KINDS.get(name) or (_NUMBER if isinstance(default, float) else (type(default),))
     if isinstance(value, bool) and bool not in allowed:
         return f"{name} must be {_describe(allowed)}, not {value!r}"

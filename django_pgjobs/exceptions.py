@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 
 class PgJobsError(Exception):
     """Base class for every error django-pgjobs raises on purpose."""
@@ -42,6 +44,27 @@ class UnknownTask(PgJobsError, LookupError):
 
 class DuplicateTaskName(PgJobsError):
     """Two different functions registered under one task name."""
+
+
+class JobCancelled(PgJobsError):
+    """The job was cancelled: raised in a running handler by ``context.check_cancelled()`` once it
+    was asked to stop (and how an ``async def`` handler's cancelled task ends), or by a handler that
+    cancels itself. The job ends ``cancelled`` and is never retried."""
+
+
+class Snooze(Exception):
+    """Raised by a handler: run this job again in ``seconds`` without spending an attempt.
+
+    The attempt history records the snooze; a job snoozed more than ``PGJOBS["MAX_SNOOZES"]`` times
+    goes dead with that reason, so a bug cannot snooze for ever.
+    """
+
+    def __init__(self, seconds: float | int | dt.timedelta) -> None:
+        value = seconds.total_seconds() if isinstance(seconds, dt.timedelta) else seconds
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3.2e9:
+            raise ValueError(f"Snooze(seconds): a number of seconds from 0 to 100 years, not {seconds!r}")
+        self.seconds = float(value)
+        super().__init__(f"snoozed for {self.seconds:g}s")
 
 
 class DirectWriteRefused(PgJobsError, TypeError):

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from django.db.models import QuerySet
 
     from .models import WorkerProcess
+    from .store import Store
 
 #: A worker is live until this many heartbeat intervals pass without a beat.
 LIVE_BEATS = 3
@@ -90,28 +91,23 @@ class Registration:
         }
 
 
-def _run(cursor: Any, statement: str, params: dict[str, Any]) -> list[tuple]:
-    cursor.execute(statement, params)
-    return cursor.fetchall()
+def register(store: Store, who: Registration, *, live_seconds: float, in_flight: int = 0) -> None:
+    store.run(REGISTER, who.params(live_seconds, in_flight))
 
 
-def register(cursor: Any, who: Registration, *, live_seconds: float, in_flight: int = 0) -> None:
-    _run(cursor, REGISTER, who.params(live_seconds, in_flight))
-
-
-def beat(cursor: Any, who: Registration, *, live_seconds: float, in_flight: int) -> None:
+def beat(store: Store, who: Registration, *, live_seconds: float, in_flight: int) -> None:
     """Push this process's row forward; registers again if the row was pruned meanwhile."""
-    if not _run(cursor, BEAT, {"name": who.name, "live": float(live_seconds), "in_flight": in_flight}):
-        register(cursor, who, live_seconds=live_seconds, in_flight=in_flight)
+    if not store.run(BEAT, {"name": who.name, "live": float(live_seconds), "in_flight": in_flight}):
+        register(store, who, live_seconds=live_seconds, in_flight=in_flight)
 
 
-def deregister(cursor: Any, name: str) -> None:
-    _run(cursor, DEREGISTER, {"name": name})
+def deregister(store: Store, name: str) -> None:
+    store.run(DEREGISTER, {"name": name})
 
 
-def prune(cursor: Any, grace_seconds: float = PRUNE_AFTER_SECONDS) -> list[str]:
+def prune(store: Store, grace_seconds: float = PRUNE_AFTER_SECONDS) -> list[str]:
     """Delete the rows of workers not live for ``grace_seconds``; returns their names."""
-    return [r[0] for r in _run(cursor, PRUNE, {"grace": float(grace_seconds)})]
+    return [r[0] for r in store.run(PRUNE, {"grace": float(grace_seconds)})]
 
 
 def live_workers(using: str | None = None) -> QuerySet[WorkerProcess]:

@@ -152,8 +152,9 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):  # type: ignore[mis
         lease_seconds = get_settings().LEASE_SECONDS if lease is None else lease
         return self.store.claim(worker, limit=limit, lease=lease_seconds, queues=queues, quotas=quotas)
 
-    def complete(self, finished: Sequence[tuple[int, int, Any]]) -> set[int]:
-        """Mark ``(job id, claim token, result)`` done; returns the claim tokens the fence accepted."""
+    def complete(self, finished: Sequence[tuple[int, int, Any]]) -> dict[int, str]:
+        """Mark ``(job id, claim token, result)`` done; returns the claim tokens the fence accepted,
+        each with the status written (``cancelled`` for a job asked to stop that finished)."""
         return self.store.complete([(i, t, dumps(r)) for i, t, r in finished])
 
     def fail(self, failures: Sequence[Failure]) -> dict[int, FailureOutcome]:
@@ -182,8 +183,8 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):  # type: ignore[mis
         """Expired leases back to ready, or dead when their attempts are spent."""
         return self.store.sweep(limit=limit, lock=lock)
 
-    def sweep_preview(self) -> tuple[int, int]:
-        """(would go ready, would go dead) for a dry run; changes nothing."""
+    def sweep_preview(self) -> tuple[int, int, int]:
+        """(would go ready, would go dead, would be cancelled) for a dry run; changes nothing."""
         return self.store.sweep_preview()
 
     def prune(self, status: str, older_than: float, *, limit: int = 1000) -> int:
@@ -198,8 +199,9 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):  # type: ignore[mis
         return self.store.retry(ids, by=by, attempts=attempts)
 
     def cancel(self, ids: Iterable[int], *, by: str | None = None) -> list[int]:
-        """Scheduled or ready jobs to cancelled, with the reason recorded."""
-        return self.store.cancel(ids, by=by)
+        """Scheduled or ready jobs to cancelled at once, with the reason recorded; running jobs
+        asked to stop (see README "Cancelling running jobs"). Returns the ids of both."""
+        return self.store.cancel(ids, by=by).changed
 
     def run_now(self, ids: Iterable[int]) -> list[int]:
         """Scheduled jobs become due now."""

@@ -15,6 +15,7 @@ from django.db import connections, transaction
 from .conf import get_settings
 from .models import QueuePause
 from .notify import notifier
+from .store import Store
 from .validation import MAX_QUEUE_LENGTH
 
 #: How often a worker re-reads the paused queues.
@@ -61,8 +62,6 @@ def paused(using: str | None = None) -> list[QueuePause]:
     return list(QueuePause.objects.using(using or get_settings().DATABASE).order_by("queue"))
 
 
-def paused_names(cursor: object) -> frozenset[str]:
-    """The paused queue names, read on a worker's own cursor."""
-    cursor.execute(PAUSED)  # type: ignore[attr-defined]
-    return frozenset(r[0] for r in cursor.fetchall())  # type: ignore[attr-defined]
-
+def paused_names(store: Store) -> frozenset[str]:
+    """The paused queue names, read on a worker's own connection."""
+    return frozenset(r[0] for r in store.run(PAUSED, {}))

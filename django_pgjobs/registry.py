@@ -10,10 +10,11 @@ import datetime as dt
 import inspect
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 
-from .exceptions import DuplicateTaskName, InvalidJob, UnknownTask
+from .cancellation import CancelSignal
+from .exceptions import DuplicateTaskName, InvalidJob, JobCancelled, UnknownTask
 from .payloads import check_arguments
 from .retry import BackoffPolicy, ExponentialBackoff, default_backoff
 
@@ -43,13 +44,34 @@ class JobContext:
     task: str
     idempotency_key: str | None
     worker_id: str
+    #: Set by the worker when the job is asked to stop (see :mod:`django_pgjobs.cancellation`).
+    cancel_signal: CancelSignal = field(default_factory=CancelSignal, compare=False, repr=False)
 
     @property
     def is_last_attempt(self) -> bool:
         return self.attempt >= self.max_attempts
 
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether the job was asked to stop (``Job.objects.cancel``, the admin's Cancel)."""
+        return self.cancel_signal.is_set()
+
+    @property
+    def cancel_requested_by(self) -> str | None:
+        return self.cancel_signal.by if self.cancel_signal.is_set() else None
+
+    def check_cancelled(self) -> None:
+        """Raise :class:`~django_pgjobs.JobCancelled` if the job was asked to stop: call it between
+        the steps of a long handler."""
+        if self.cancel_signal.is_set():
+            raise JobCancelled(f"cancelled by {self.cancel_signal.by or 'an operator'}")
+
+    def sleep(self, seconds: float) -> bool:
+        """Sleep up to ``seconds``, returning early (True) if the job is asked to stop meanwhile."""
+        return self.cancel_signal.wait(max(0.0, seconds))
+
     @classmethod
-    def for_claim(cls, claim: Claim, worker_id: str) -> JobContext:
+    def for_claim(cls, claim: Claim, worker_id: str, cancel_signal: CancelSignal | None = None) -> JobContext:
         """The context of the attempt a claim just handed to ``worker_id``."""
         return cls(
             job_id=claim.id,
@@ -59,6 +81,7 @@ class JobContext:
             task=claim.task,
             idempotency_key=claim.idempotency_key,
             worker_id=worker_id,
+            cancel_signal=cancel_signal or CancelSignal(),
         )
 
 
@@ -224,9 +247,44 @@ class JobHandler(Generic[P, R]):
         return policy(attempt, exc)
 
     def run(self, context: JobContext, args: list[Any], kwargs: dict[str, Any]) -> R:
-        if self.takes_context:
-            return self.func(context, *args, **kwargs)
-        return self.func(*args, **kwargs)
+        call_args = [context, *args] if self.takes_context else args
+        if self.is_async:
+            return _run_coroutine(self.func, call_args, kwargs, context)
+        return self.func(*call_args, **kwargs)
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+def _run_coroutine(
+    func: Callable[..., Any], args: list[Any], kwargs: dict[str, Any], context: JobContext
+) -> Any:
+    """An ``async def`` handler, on an event loop of its own in the executor thread; a cancel
+    request cancels its task, and the run ends with :class:`JobCancelled`."""
+    import asyncio
+
+    async def main() -> Any:
+        task = asyncio.ensure_future(func(*args, **kwargs))
+        loop = asyncio.get_running_loop()
+        forget = context.cancel_signal.on_set(lambda: _call_soon(loop, task.cancel))
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if context.cancel_signal.is_set():
+                raise JobCancelled(f"cancelled by {context.cancel_signal.by or 'an operator'}") from None
+            raise
+        finally:
+            forget()
+
+    return asyncio.run(main())
+
+
+def _call_soon(loop: Any, callback: Callable[[], Any]) -> None:
+    try:
+        loop.call_soon_threadsafe(callback)
+    except RuntimeError:  # the loop already closed: the run is over
+        pass
 
 
 @overload

@@ -22,12 +22,13 @@ binding and, from their second run on a connection, prepared statements where th
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import functools
 import json
 import weakref
 import zlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -258,6 +259,19 @@ CLAIM_QUEUES = _CLAIM.format(
     LIMIT %(limit)s::int"""
 )
 
+# The queues that have ready jobs, less the paused ones, by a loose scan of the claim index (one
+# probe per queue): what a worker serving every queue claims from while some queue is paused
+# (CLAIM_ANY cannot skip a paused queue's jobs without walking them).
+READY_QUEUES = """
+WITH RECURSIVE t(q) AS (
+    (SELECT queue FROM pgjobs_job WHERE status = 'ready' ORDER BY queue LIMIT 1)
+    UNION ALL
+    SELECT (SELECT queue FROM pgjobs_job WHERE status = 'ready' AND queue > t.q ORDER BY queue LIMIT 1)
+    FROM t WHERE t.q IS NOT NULL
+)
+SELECT q FROM t WHERE q IS NOT NULL AND NOT (q = ANY(%(paused)s::text[]))
+"""
+
 # -- outcomes -----------------------------------------------------------------------------------
 # Written in batches (one statement for every outcome a worker has ready). The fence per row is
 # ``claim_token = ANY(tokens)``: a token is written into the row of the one job it was drawn for,
@@ -272,33 +286,51 @@ def _by_token(array: str) -> str:
     return f"({array})[array_position(%(tokens)s::bigint[], j.claim_token)]"
 
 
+# A job asked to stop (``cancel_requested_at``) whose handler ran to its end anyway is recorded as
+# cancelled after finishing (its result kept): it is never retried, and the row, not the worker's
+# memory, says whether the request came (a request that reached the row after the worker's last
+# heartbeat still counts).
+_CANCEL_ASKED = "j.cancel_requested_at IS NOT NULL"
+_CANCELLED_BY = "'cancelled by ' || coalesce(j.cancel_requested_by, 'an operator')"
 COMPLETE = f"""
 UPDATE pgjobs_job AS j
-SET status = 'done',
+SET status = CASE WHEN {_CANCEL_ASKED} THEN 'cancelled' ELSE 'done' END,
     result = {_by_token("%(results)s::jsonb[]")},
     finished_at = now(),
-    history = {history_append("'done'")},
+    last_error = CASE WHEN {_CANCEL_ASKED} THEN {_CANCELLED_BY} || ' (after finishing)' ELSE j.last_error END,
+    history = {
+    history_append(
+        f"CASE WHEN {_CANCEL_ASKED} THEN 'cancelled after finishing' ELSE 'done' END",
+        message=f"CASE WHEN {_CANCEL_ASKED} THEN {_CANCELLED_BY} END",
+    )
+},
     {_UNLEASED},
     updated_at = now()
 WHERE {_FENCED}
-RETURNING j.claim_token
+RETURNING j.claim_token, j.status
 """
 
 # Invariant 4: the next run time is written into the row. A NULL delay means the backoff policy gave
 # up; attempts >= max_attempts means the budget is spent: either way the job goes dead. A retry due
 # now goes to the back of the ready line (so a job failing in a tight loop cannot starve others);
 # one due later waits as ``scheduled``.
+# A failure of a job asked to stop, or one that raised JobCancelled (``cancels``), ends cancelled:
+# never retried.
 _DELAY = _by_token("%(delays)s::float8[]")
+_CANCELS = f"({_CANCEL_ASKED} OR {_by_token('%(cancels)s::bool[]')})"
 _GIVE_UP = f"({_DELAY} IS NULL OR j.attempts >= j.max_attempts)"
 FAIL = f"""
 UPDATE pgjobs_job AS j
-SET status = CASE WHEN {_GIVE_UP} THEN 'dead' WHEN {_DELAY} <= 0 THEN 'ready' ELSE 'scheduled' END,
-    run_at = CASE WHEN {_GIVE_UP} THEN j.run_at ELSE now() + make_interval(secs => {_DELAY}) END,
-    finished_at = CASE WHEN {_GIVE_UP} THEN now() END,
-    last_error = {_by_token("%(summaries)s::text[]")},
+SET status = CASE WHEN {_CANCELS} THEN 'cancelled' WHEN {_GIVE_UP} THEN 'dead'
+                  WHEN {_DELAY} <= 0 THEN 'ready' ELSE 'scheduled' END,
+    run_at = CASE WHEN {_CANCELS} OR {_GIVE_UP} THEN j.run_at
+                  ELSE now() + make_interval(secs => {_DELAY}) END,
+    finished_at = CASE WHEN {_CANCELS} OR {_GIVE_UP} THEN now() END,
+    last_error = CASE WHEN {_CANCEL_ASKED} THEN {_CANCELLED_BY} || ': ' ELSE '' END
+                 || {_by_token("%(summaries)s::text[]")},
     history = {
     history_append(
-        "'failed'",
+        f"CASE WHEN {_CANCELS} THEN 'cancelled' ELSE 'failed' END",
         _by_token("%(error_classes)s::text[]"),
         _by_token("%(messages)s::text[]"),
         _by_token("%(tracebacks)s::text[]"),
@@ -310,15 +342,49 @@ WHERE {_FENCED}
 RETURNING j.claim_token, j.status, j.run_at, j.queue
 """
 
+# A handler raised Snooze(seconds): run again later without spending the attempt. As a release,
+# the attempt number stays used and the budget grows by one, so attempt numbers never repeat; the
+# snooze count grows too, and past ``max_snoozes`` the job goes dead (a bug that always snoozes must
+# not loop for ever). A job asked to stop is cancelled instead.
+_SNOOZE_DELAY = _by_token("%(delays)s::float8[]")
+_TOO_MANY_SNOOZES = "j.snoozes >= %(max_snoozes)s::int"
+SNOOZE = f"""
+UPDATE pgjobs_job AS j
+SET status = CASE WHEN {_CANCEL_ASKED} THEN 'cancelled' WHEN {_TOO_MANY_SNOOZES} THEN 'dead'
+                  WHEN {_SNOOZE_DELAY} <= 0 THEN 'ready' ELSE 'scheduled' END,
+    run_at = CASE WHEN {_CANCEL_ASKED} OR {_TOO_MANY_SNOOZES} THEN j.run_at
+                  ELSE now() + make_interval(secs => {_SNOOZE_DELAY}) END,
+    finished_at = CASE WHEN {_CANCEL_ASKED} OR {_TOO_MANY_SNOOZES} THEN now() END,
+    max_attempts = CASE WHEN {_CANCEL_ASKED} OR {_TOO_MANY_SNOOZES} OR j.max_attempts >= {MAX_INT}
+                        THEN j.max_attempts ELSE j.max_attempts + 1 END,
+    snoozes = j.snoozes + 1,
+    last_error = CASE WHEN {_CANCEL_ASKED} THEN {_CANCELLED_BY}
+                      WHEN {_TOO_MANY_SNOOZES} THEN 'snoozed more than ' || %(max_snoozes)s::int
+                           || ' times (PGJOBS[''MAX_SNOOZES'']): a handler that always snoozes is a bug'
+                      ELSE j.last_error END,
+    history = {
+    history_append(
+        f"CASE WHEN {_CANCEL_ASKED} THEN 'cancelled' WHEN {_TOO_MANY_SNOOZES} THEN 'dead' ELSE 'snoozed' END",
+        message="'snoozed for ' || " + _SNOOZE_DELAY + " || 's'",
+    )
+},
+    {_UNLEASED},
+    updated_at = now()
+WHERE {_FENCED}
+RETURNING j.claim_token, j.status, j.queue
+"""
+
 # Invariant 3, live side: a worker that is alive keeps its jobs by pushing their leases forward.
 # Only lease_expires_at changes, and it is in no index or index predicate: a heartbeat is a HOT
 # update that writes no index entry. Rows another session has locked are skipped rather than
 # waited for (one locked row must not hold up the leases of every other job of the worker); they
 # come back as ``held`` but not ``extended``, and the next beat tries them again. A token missing
-# from ``held`` is no longer its claim's: lost.
+# from ``held`` is no longer its claim's: lost. Each beat also says which held jobs were asked to
+# stop (how a running job's worker learns of a cancel).
 HEARTBEAT = f"""
 WITH held AS (
-    SELECT j.claim_token AS token FROM pgjobs_job AS j WHERE {_FENCED}
+    SELECT j.claim_token AS token, j.cancel_requested_by AS cancel_by, {_CANCEL_ASKED} AS cancel
+    FROM pgjobs_job AS j WHERE {_FENCED}
 ), locked AS MATERIALIZED (
     SELECT j.id FROM pgjobs_job AS j WHERE {_FENCED}
     FOR UPDATE OF j SKIP LOCKED
@@ -328,14 +394,16 @@ WITH held AS (
     FROM locked WHERE j.id = locked.id
     RETURNING j.claim_token AS token
 )
-SELECT held.token, extended.token IS NOT NULL FROM held LEFT JOIN extended USING (token)
+SELECT held.token, extended.token IS NOT NULL, held.cancel, held.cancel_by
+FROM held LEFT JOIN extended USING (token)
 """
 
 # Hand claimed jobs back without charging their attempt (graceful shutdown, a claim whose reply
 # was lost): the attempt number stays used, the budget grows by one instead, so attempt numbers
 # never repeat. run_at is kept, so the job keeps its place in line.
 _RELEASED = f"""
-SET status = 'ready',
+SET status = CASE WHEN {_CANCEL_ASKED} THEN 'cancelled' ELSE 'ready' END,
+    finished_at = CASE WHEN {_CANCEL_ASKED} THEN now() END,
     max_attempts = CASE WHEN j.max_attempts < {MAX_INT} THEN j.max_attempts + 1 ELSE j.max_attempts END,
     history = {_NOTE},
     {_UNLEASED}, started_at = NULL,
@@ -343,7 +411,7 @@ SET status = 'ready',
 RELEASE = f"""
 UPDATE pgjobs_job AS j {_RELEASED}
 WHERE {_FENCED}
-RETURNING j.id, j.queue
+RETURNING j.id, j.queue, j.status
 """
 # After a claim statement failed in flight (it may have committed while its reply was lost): the
 # rows this worker holds whose tokens it does not know. ``worker`` names one process incarnation
@@ -352,14 +420,15 @@ RELEASE_UNKNOWN = f"""
 UPDATE pgjobs_job AS j {_RELEASED}
 WHERE j.status = 'running' AND j.locked_by = %(worker)s::text
   AND NOT (j.claim_token = ANY(%(known)s::bigint[]))
-RETURNING j.id, j.queue
+RETURNING j.id, j.queue, j.status
 """
 
 # -- recovery -----------------------------------------------------------------------------------
 # Invariant 3, dead side: a running job whose lease lapsed belongs to nobody. Back to ready, keeping
 # its run_at and so its place in line (it does not queue behind everything enqueued since), or dead
 # when its attempts are spent: the expired attempt counts, so a job that kills its worker every
-# time ends dead instead of looping. SKIP LOCKED leaves rows a worker is finishing right now alone;
+# time ends dead instead of looping; one asked to stop (its worker died before it could) ends
+# cancelled and does not go back to ready. SKIP LOCKED leaves rows a worker is finishing right now alone;
 # the WHERE is re-checked under the row lock, so concurrent sweepers are harmless.
 #
 # One sweeper at a time, per database: a *transaction*-level advisory lock, taken by the statement
@@ -377,9 +446,11 @@ WITH got AS MATERIALIZED (
     FOR UPDATE SKIP LOCKED
 ), swept AS (
 UPDATE pgjobs_job AS j
-SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
-    finished_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
-    last_error = %(message)s::text || ' (worker ' || coalesce(j.locked_by, '?') || ', attempt '
+SET status = CASE WHEN {_CANCEL_ASKED} THEN 'cancelled'
+                  WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'ready' END,
+    finished_at = CASE WHEN {_CANCEL_ASKED} OR j.attempts >= j.max_attempts THEN now() END,
+    last_error = CASE WHEN {_CANCEL_ASKED} THEN {_CANCELLED_BY} || ': ' ELSE '' END
+                 || %(message)s::text || ' (worker ' || coalesce(j.locked_by, '?') || ', attempt '
                  || j.attempts || ')',
     history = {_NOTE},
     {_UNLEASED},
@@ -393,8 +464,9 @@ SELECT got.locked, swept.id, swept.status, swept.queue FROM got LEFT JOIN swept 
 
 # What a dry run of the sweep would touch, without locking or changing anything.
 SWEEP_PREVIEW = """
-SELECT count(*) FILTER (WHERE attempts < max_attempts),
-       count(*) FILTER (WHERE attempts >= max_attempts)
+SELECT count(*) FILTER (WHERE attempts < max_attempts AND cancel_requested_at IS NULL),
+       count(*) FILTER (WHERE attempts >= max_attempts AND cancel_requested_at IS NULL),
+       count(*) FILTER (WHERE cancel_requested_at IS NOT NULL)
 FROM pgjobs_job
 WHERE status = 'running' AND lease_expires_at < now()
 """
@@ -428,6 +500,7 @@ RETURNING j.id
 RETRY = f"""
 UPDATE pgjobs_job AS j
 SET status = 'ready', run_at = now(), finished_at = NULL, result = NULL,
+    cancel_requested_at = NULL, cancel_requested_by = NULL, snoozes = 0,
     max_attempts = LEAST(
         j.attempts::bigint + COALESCE(
             (SELECT b.budget FROM unnest(%(tasks)s::text[], %(budgets)s::int[]) AS b(task, budget)
@@ -448,6 +521,18 @@ SET status = 'cancelled', finished_at = now(), last_error = %(message)s::text,
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status IN ('scheduled', 'ready')
 RETURNING j.id
 """
+
+# A running job cannot be stopped from here (its handler runs in some worker): it is *asked* to.
+# The mark is in no index (a HOT update); its worker reads it at the next heartbeat, or at once on
+# the CANCEL_REQUESTED notification, and whatever the run ends with then ends cancelled.
+REQUEST_CANCEL = """
+UPDATE pgjobs_job AS j
+SET cancel_requested_at = now(), cancel_requested_by = %(by)s::text
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'running' AND j.cancel_requested_at IS NULL
+RETURNING j.id
+"""
+#: The payload, on the NOTIFY channel, that makes workers heartbeat at once to learn of a cancel.
+CANCEL_REQUESTED = "pgjobs:cancel"
 
 RUN_NOW = """
 UPDATE pgjobs_job AS j
@@ -517,6 +602,8 @@ class Failure:
     message: str
     traceback: str | None
     retry_in: float | None
+    #: The handler raised JobCancelled: end cancelled, never retried.
+    cancel: bool = False
 
 
 @dataclass(frozen=True)
@@ -534,6 +621,8 @@ class HeartbeatResult:
     busy: set[int] = field(default_factory=set)
     #: No longer this claim's (swept, finished, released): never beat these again.
     lost: set[int] = field(default_factory=set)
+    #: Held jobs asked to stop: claim token -> who asked (None if nobody said).
+    cancel_requested: dict[int, str | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -549,6 +638,25 @@ class SweepResult:
     ran: bool  # False when another process held the sweep lock
     to_ready: list[int] = field(default_factory=list)
     to_dead: list[int] = field(default_factory=list)
+    #: Asked to stop while their worker was gone: cancelled rather than run again.
+    to_cancelled: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CancelResult:
+    #: Waiting jobs, now cancelled.
+    cancelled: list[int] = field(default_factory=list)
+    #: Running jobs, asked to stop.
+    asked: list[int] = field(default_factory=list)
+
+    @property
+    def changed(self) -> list[int]:
+        return sorted(self.cancelled + self.asked)
+
+
+@contextlib.contextmanager
+def _nothing() -> Iterator[None]:
+    yield
 
 
 class _Cursor(psycopg.Cursor):
@@ -680,6 +788,11 @@ class Store:
             state.drop_cursor()
             _explain_prepared_statement_trouble(exc)
             raise
+
+    def run(self, statement: str, params: Mapping[str, Any]) -> list[tuple]:
+        """Run a statement of another module that owns its table (the workers registry, paused
+        queues) on this store's connection, the same way as the store's own."""
+        return self._run(statement, params)
 
     def _params(self, **extra: Any) -> dict[str, Any]:
         return {"history_limit": get_settings().HISTORY_LIMIT, **extra}
@@ -901,18 +1014,23 @@ class Store:
         claims.sort(key=lambda c: (-c.priority, c.run_at, c.id))  # priority DESC, run_at, id
         return claims
 
-    def complete(self, finished: Sequence[tuple[int, int, str]]) -> set[int]:
+    def ready_queues(self, *, excluding: Iterable[str] = ()) -> list[str]:
+        """Queues with ready jobs, except ``excluding`` (paused ones)."""
+        return [r[0] for r in self._run(READY_QUEUES, {"paused": list(excluding)})]
+
+    def complete(self, finished: Sequence[tuple[int, int, str]]) -> dict[int, str]:
         """Acknowledge ``(job id, claim token, result as JSON text)`` in one statement; returns the
-        claim tokens accepted. A token missing from the answer was refused by the fence: its lease
-        lapsed and someone else owns (or already finished) the job."""
+        claim tokens accepted, each with the status written (``done``, or ``cancelled`` for a job
+        asked to stop that finished anyway). A token missing from the answer was refused by the
+        fence: its lease lapsed and someone else owns (or already finished) the job."""
         if not finished:
-            return set()
+            return {}
         params = self._params(
             ids=[i for i, _, _ in finished],
             tokens=[t for _, t, _ in finished],
             results=[r for _, _, r in finished],
         )
-        return {r[0] for r in self._run(COMPLETE, params)}
+        return {r[0]: r[1] for r in self._run(COMPLETE, params)}
 
     def fail(self, failures: Sequence[Failure]) -> dict[int, FailureOutcome]:
         """Record failed attempts in one statement; each retries ``retry_in`` seconds from now or
@@ -927,6 +1045,7 @@ class Store:
             ids=[f.id for f in failures],
             tokens=[f.token for f in failures],
             delays=[None if f.retry_in is None else float(f.retry_in) for f in failures],
+            cancels=[f.cancel for f in failures],
             error_classes=[f.error_class for f in failures],
             messages=[f.message[:MAX_LAST_ERROR] for f in failures],
             tracebacks=[_bounded_traceback(f.traceback, s.TRACEBACK_LIMIT) for f in failures],
@@ -938,6 +1057,27 @@ class Store:
         rows = self._run(FAIL, params)
         self._wake(r[3] for r in rows if r[1] == "ready")
         return {r[0]: FailureOutcome(status=r[1], run_at=r[2]) for r in rows}
+
+    def snooze(self, snoozed: Sequence[tuple[int, int, float]]) -> dict[int, str]:
+        """``(job id, claim token, seconds)``: run these again later without spending the attempt;
+        returns the status written by claim token (``scheduled``/``ready``, ``dead`` past
+        ``MAX_SNOOZES``, ``cancelled`` if asked to stop); tokens missing were refused by the fence."""
+        if not snoozed:
+            return {}
+        for _, _, seconds in snoozed:
+            if not (0 <= seconds <= MAX_DELAY_SECONDS):
+                raise InvalidJob(f"snooze must be a finite number >= 0 seconds, got {seconds!r}")
+        rows = self._run(
+            SNOOZE,
+            self._params(
+                ids=[i for i, _, _ in snoozed],
+                tokens=[t for _, t, _ in snoozed],
+                delays=[float(d) for _, _, d in snoozed],
+                max_snoozes=get_settings().MAX_SNOOZES,
+            ),
+        )
+        self._wake(r[2] for r in rows if r[1] == "ready")
+        return {r[0]: r[1] for r in rows}
 
     def heartbeat(self, leases: Sequence[tuple[int, int, float]]) -> HeartbeatResult:
         """Extend the leases of ``(job id, claim token, lease seconds)``."""
@@ -956,6 +1096,7 @@ class Store:
             extended={t for t, ok in held.items() if ok},
             busy={t for t, ok in held.items() if not ok},
             lost={t for _, t, _ in leases if t not in held},
+            cancel_requested={r[0]: r[3] for r in rows if r[2]},
         )
 
     def release(self, jobs: Sequence[tuple[int, int]], reason: str = "released") -> set[int]:
@@ -968,7 +1109,7 @@ class Store:
                 ids=[i for i, _ in jobs], tokens=[t for _, t in jobs], outcome="released", message=reason
             ),
         )
-        self._wake(r[1] for r in rows)
+        self._wake(r[1] for r in rows if r[2] == "ready")
         return {r[0] for r in rows}
 
     def release_unknown(self, worker: str, known_tokens: Iterable[int], reason: str) -> list[int]:
@@ -978,7 +1119,7 @@ class Store:
             RELEASE_UNKNOWN,
             self._params(worker=worker, known=list(known_tokens), outcome="released", message=reason),
         )
-        self._wake(r[1] for r in rows)
+        self._wake(r[1] for r in rows if r[2] == "ready")
         return sorted(r[0] for r in rows)
 
     # -- recovery ---------------------------------------------------------------------------------
@@ -1005,12 +1146,13 @@ class Store:
             ran=True,
             to_ready=sorted(r[1] for r in rows if r[2] == "ready"),
             to_dead=sorted(r[1] for r in rows if r[2] == "dead"),
+            to_cancelled=sorted(r[1] for r in rows if r[2] == "cancelled"),
         )
 
-    def sweep_preview(self) -> tuple[int, int]:
-        """(would go ready, would go dead) for a dry run; changes nothing."""
+    def sweep_preview(self) -> tuple[int, int, int]:
+        """(would go ready, would go dead, would be cancelled) for a dry run; changes nothing."""
         row = self._run(SWEEP_PREVIEW, {})[0]
-        return int(row[0]), int(row[1])
+        return int(row[0]), int(row[1]), int(row[2])
 
     def prune(self, status: str, older_than: float, *, limit: int = 1000) -> int:
         """Delete up to ``limit`` finished jobs in ``status`` finished more than ``older_than`` s ago."""
@@ -1044,11 +1186,18 @@ class Store:
         self._wake(r[1] for r in rows)
         return sorted(r[0] for r in rows)
 
-    def cancel(self, ids: Iterable[int], *, by: str | None = None) -> list[int]:
-        """Waiting (scheduled or ready) jobs straight to cancelled, with the reason recorded."""
+    def cancel(self, ids: Iterable[int], *, by: str | None = None) -> CancelResult:
+        """Waiting (scheduled or ready) jobs straight to cancelled, with the reason recorded; running
+        ones asked to stop (their worker learns it at once by notification, or at its next
+        heartbeat). Both in one transaction."""
+        wanted = _ids(ids)
         message = f"cancelled by {by}" if by else "cancelled"
-        rows = self._run(CANCEL, self._params(ids=_ids(ids), outcome="cancelled", message=message))
-        return sorted(r[0] for r in rows)
+        with transaction.atomic(using=self.alias) if self.wrapper is None else _nothing():
+            rows = self._run(CANCEL, self._params(ids=wanted, outcome="cancelled", message=message))
+            asked = self._run(REQUEST_CANCEL, {"ids": wanted, "by": by or "an operator"})
+            if asked:
+                self._wake((CANCEL_REQUESTED,))
+        return CancelResult(cancelled=sorted(r[0] for r in rows), asked=sorted(r[0] for r in asked))
 
     def run_now(self, ids: Iterable[int]) -> list[int]:
         """Scheduled jobs become ready, due now."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from django.utils import timezone
 
+from . import fleet
 from .conf import get_settings
 from .models import Job
 from .store import Store
@@ -44,6 +45,9 @@ class SweepReport:
     #: Counts for a dry run (the ids lists stay empty: nothing was touched).
     would_ready: int = 0
     would_dead: int = 0
+    would_cancelled: int = 0
+    #: Asked to stop while their worker was gone: cancelled, not run again.
+    to_cancelled: list[int] = field(default_factory=list)
     pruned_done: int = 0
     pruned_dead: int = 0
     #: True when a batch limit stopped the pass with work left (the next pass continues).
@@ -52,6 +56,8 @@ class SweepReport:
     retention_dead: float | None = None
     #: False when the pass was asked to skip retention (``--no-prune``).
     pruning: bool = True
+    #: Workers registry rows of processes gone for a while, deleted (see fleet.prune).
+    gone_workers: list[str] = field(default_factory=list)
 
     @property
     def ready(self) -> int:
@@ -69,6 +75,9 @@ class SweepReport:
             else ("back to ready", "dead", "pruned")
         )
         line = f"{'dry run: ' if self.dry_run else ''}expired leases: {self.ready} {back}, {self.dead} {dead}"
+        cancelled = self.would_cancelled if self.dry_run else len(self.to_cancelled)
+        if cancelled:
+            line += f", {cancelled} {'would be ' if self.dry_run else ''}cancelled (asked to stop)"
         if self.pruning:
             line += (
                 f"; retention: {self.pruned_done} done {pruned} "
@@ -77,6 +86,8 @@ class SweepReport:
             )
         else:
             line += "; retention skipped"
+        if self.gone_workers:
+            line += f"; {len(self.gone_workers)} gone worker(s) removed from the registry"
         if self.locked_out:
             line += "; another sweeper holds the sweep lock, the rest of this pass is left to it"
         return line + ("; more left for the next pass" if self.more else "")
@@ -121,7 +132,7 @@ def run_sweep(
     )
 
     if dry_run:
-        report.would_ready, report.would_dead = manager.sweep_preview()
+        report.would_ready, report.would_dead, report.would_cancelled = manager.sweep_preview()
         now = timezone.now()
         for status, age in _retention_steps(report):
             if age is not None:
@@ -137,10 +148,12 @@ def run_sweep(
             return report
         report.to_ready.extend(result.to_ready)
         report.to_dead.extend(result.to_dead)
-        if len(result.to_ready) + len(result.to_dead) < batch:
+        report.to_cancelled.extend(result.to_cancelled)
+        if len(result.to_ready) + len(result.to_dead) + len(result.to_cancelled) < batch:
             break
     else:
         report.more = True
+    report.gone_workers = fleet.prune(writer)
 
     for status, age in _retention_steps(report):
         if age is None:
@@ -174,6 +187,12 @@ def _pruned_field(status: str) -> str:
 
 def log_report(report: SweepReport) -> None:
     """Log a pass that changed something: lease recoveries are warnings (a worker died or froze)."""
+    if report.to_cancelled:
+        logger.warning(
+            "swept expired leases of jobs asked to stop: %d cancelled %s",
+            len(report.to_cancelled),
+            report.to_cancelled[:20],
+        )
     if report.to_ready or report.to_dead:
         logger.warning(
             "swept expired leases: %d back to ready %s, %d dead %s",

@@ -35,7 +35,7 @@ def fail(job: Job, *, token: int | None = None, retry_in=10.0, **kwargs):
 
 def complete(job: Job, result=None, *, token: int | None = None) -> bool:
     token = job.claim_token if token is None else token
-    return Job.objects.complete([(job.pk, token, result)]) == {token}
+    return Job.objects.complete([(job.pk, token, result)]) == {token: "done"}
 
 
 # -- complete ------------------------------------------------------------------------------------
@@ -90,7 +90,7 @@ def test_a_completed_claim_cannot_complete_twice():
 
 
 def test_complete_of_a_missing_job_is_refused():
-    assert Job.objects.complete([(987654321, 1, None)]) == set()
+    assert Job.objects.complete([(987654321, 1, None)]) == {}
 
 
 def test_complete_in_a_batch_accepts_only_the_claims_still_held():
@@ -105,11 +105,11 @@ def test_complete_in_a_batch_accepts_only_the_claims_still_held():
             (stale.pk, stale.claim_token + 1000, "late"),
         ]
     )
-    assert accepted == {mine.claim_token, also_mine.claim_token}
+    assert accepted == {mine.claim_token: "done", also_mine.claim_token: "done"}
     assert Job.objects.get(pk=mine.pk).result == 1
     assert Job.objects.get(pk=also_mine.pk).result == {"b": 2}
     assert row_text(stale.pk) == before
-    assert Job.objects.complete([]) == set()
+    assert Job.objects.complete([]) == {}
 
 
 # -- fail ----------------------------------------------------------------------------------------

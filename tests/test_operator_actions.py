@@ -105,12 +105,24 @@ def test_cancel_stops_a_waiting_job_for_good(state):
     assert stored.history[-1]["message"] == "cancelled by bob"
 
 
-@pytest.mark.parametrize("state", ["running", "done", "dead", "cancelled"])
-def test_cancel_refuses_running_and_finished_jobs(state):
+@pytest.mark.parametrize("state", ["done", "dead", "cancelled"])
+def test_cancel_refuses_finished_jobs(state):
     job = make(state)
     same = unchanged([job])
     assert Job.objects.cancel([job.pk]) == []
     assert same()
+
+
+def test_cancel_asks_a_running_job_to_stop_and_leaves_it_to_its_worker():
+    job = make("running")
+    assert Job.objects.cancel([job.pk], by="bob") == [job.pk]
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.status, stored.claim_token, stored.locked_by) == ("running", job.claim_token, job.locked_by)
+    assert (stored.cancel_requested_at, stored.cancel_requested_by) == (db_now(), "bob")
+    assert stored.history == job.history
+    # Asking again changes nothing (the first request and its author stand).
+    assert Job.objects.cancel([job.pk], by="carol") == []
+    assert Job.objects.get(pk=job.pk).cancel_requested_by == "bob"
 
 
 # -- run_now -------------------------------------------------------------------------------------

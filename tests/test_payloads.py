@@ -76,7 +76,7 @@ def test_handler_receives_exactly_what_was_enqueued():
     claimed, received = run_claimed(job.pk)
     assert same_types(received, {"args": ROUND_TRIP_ARGS, "kwargs": ROUND_TRIP_KWARGS})
     # And the result survives the trip back through complete().
-    assert Job.objects.complete([(claimed.id, claimed.token, received)]) == {claimed.token}
+    assert Job.objects.complete([(claimed.id, claimed.token, received)]) == {claimed.token: "done"}
     assert same_types(Job.objects.get(pk=job.pk).result, received)
 
 

@@ -112,7 +112,7 @@ def test_sweep_without_the_lock_runs_even_when_it_is_held(pg_connect):
 def test_sweep_preview_counts_without_changing_anything():
     jobs = [expired(), expired(), expired(attempts=5, max_attempts=5), JobFactory(running=True)]
     before = {j.pk: row_text(j.pk) for j in jobs}
-    assert Job.objects.sweep_preview() == (2, 1)
+    assert Job.objects.sweep_preview() == (2, 1, 0)
     assert {pk: row_text(pk) for pk in before} == before
 
 

@@ -123,7 +123,7 @@ def test_sweep_uses_the_partial_running_index():
         "key": 1,
     }
     _assert_uses(sql.SWEEP, params, "pgjobs_job_running_idx")
-    assert Job.objects.sweep_preview() == (RUNNING_ROWS // 2, 0)
+    assert Job.objects.sweep_preview() == (RUNNING_ROWS // 2, 0, 0)
 
 
 def test_prune_uses_the_partial_finished_index():
@@ -429,11 +429,13 @@ def test_writes_after_the_claim_find_their_rows_by_primary_key_even_with_stale_s
         (sql.COMPLETE, {**common, "results": ["null"] * 100}),
         (sql.HEARTBEAT, {**common, "leases": [60.0] * 100}),
         (sql.RELEASE, {**common, "outcome": "released", "message": "m"}),
+        (sql.SNOOZE, {**common, "delays": [1.0] * 100, "max_snoozes": 100}),
         (
             sql.FAIL,
             {
                 **common,
                 "delays": [1.0] * 100,
+                "cancels": [False] * 100,
                 "error_classes": ["E"] * 100,
                 "messages": ["m"] * 100,
                 "tracebacks": [None] * 100,

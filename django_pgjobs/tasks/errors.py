@@ -9,11 +9,14 @@ no tasks framework, so the classes import everywhere.
 
 from __future__ import annotations
 
+from ..exceptions import JobCancelled as _JobCancelled
+
 
 class LeaseExpired(Exception):
     """The attempt's worker stopped heartbeating (crash, kill, lost machine) and the sweeper took
     the job back; the traceback text says which worker and attempt."""
 
 
-class JobCancelled(Exception):
-    """Staff cancelled the job (admin Cancel action) before it ran; the traceback text says who."""
+#: Staff cancelled the job (admin Cancel action, or ``Job.objects.cancel``), before it ran or
+#: while it ran; the traceback text says who. The one class the handler-side API raises too.
+JobCancelled = _JobCancelled

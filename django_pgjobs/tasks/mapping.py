@@ -75,11 +75,11 @@ def run_at_for(run_after: dt.datetime | None) -> dt.datetime | None:
 
 # -- the attempt history ------------------------------------------------------------------------
 #: History outcomes that are a run of the task (each spent an attempt).
-RUN_OUTCOMES = frozenset({"done", "failed", "lease expired"})
-#: Every outcome that ends an attempt (a released attempt was claimed, its number is used).
-ATTEMPT_OUTCOMES = RUN_OUTCOMES | {"released"}
+RUN_OUTCOMES = frozenset({"done", "failed", "lease expired", "cancelled after finishing"})
+#: Every outcome that ends an attempt (a released or snoozed attempt was claimed, its number is used).
+ATTEMPT_OUTCOMES = RUN_OUTCOMES | {"released", "snoozed"}
 #: History outcomes that are an error in Django's sense (the run failed, or it never could run).
-ERROR_OUTCOMES = frozenset({"failed", "lease expired", "cancelled"})
+ERROR_OUTCOMES = frozenset({"failed", "lease expired", "cancelled", "cancelled after finishing"})
 #: An operator's Retry in the admin: the job starts over with a fresh attempt budget.
 #: A worker id for an attempt whose history entry was dropped by ``PGJOBS["HISTORY_LIMIT"]``.
 UNKNOWN_WORKER = "(not in history)"

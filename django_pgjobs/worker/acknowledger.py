@@ -124,10 +124,16 @@ class Acknowledger:
         store = self.conn.store
         labels: list[tuple[Pending, str]] = []
         done = [p for p in batch if p.outcome.ok]
-        failed = [p for p in batch if not p.outcome.ok]
+        snoozed = [p for p in batch if p.outcome.snooze_for is not None]
+        failed = [p for p in batch if not p.outcome.ok and p.outcome.snooze_for is None]
         if done:
             accepted = store.complete([(p.entry.id, p.entry.token, p.outcome.result_json) for p in done])
-            labels += [(p, "done" if p.entry.token in accepted else "rejected") for p in done]
+            labels += [(p, _label(accepted.get(p.entry.token))) for p in done]
+        if snoozed:
+            written = store.snooze(
+                [(p.entry.id, p.entry.token, p.outcome.snooze_for or 0.0) for p in snoozed]
+            )
+            labels += [(p, _label(written.get(p.entry.token))) for p in snoozed]
         if failed:
             recorded = store.fail(
                 [
@@ -138,15 +144,14 @@ class Acknowledger:
                         message=p.outcome.message,
                         traceback=p.outcome.traceback,
                         retry_in=p.outcome.retry_in,
+                        cancel=p.outcome.cancel,
                     )
                     for p in failed
                 ]
             )
             for p in failed:
                 result = recorded.get(p.entry.token)
-                labels.append(
-                    (p, "rejected" if result is None else ("dead" if result.status == "dead" else "retry"))
-                )
+                labels.append((p, _label(None if result is None else result.status, retry="retry")))
         return labels
 
     def _settle(self, labels: list[tuple[Pending, str]]) -> None:
@@ -200,6 +205,16 @@ class Acknowledger:
             pending.outcome.retry_in if not pending.outcome.ok else 0.0,
         )
         return self._write([Pending(pending.entry, replacement, pending.late)])
+
+
+def _label(status: str | None, retry: str = "snoozed") -> str:
+    """The worker's count an outcome goes to, from the status the statement wrote (None: the
+    fence refused the write)."""
+    if status is None:
+        return "rejected"
+    if status in ("done", "dead", "cancelled"):
+        return status
+    return retry  # ready or scheduled again
 
 
 def _lock_timeout(exc: BaseException) -> bool:

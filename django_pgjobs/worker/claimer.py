@@ -7,6 +7,10 @@ used while handlers are short (a claimed-ahead job holds its place while it wait
 handlers another worker should have it). Buffered jobs are heartbeated like running ones and are
 released without charging an attempt on shutdown.
 
+Paused queues (:mod:`django_pgjobs.queue_control`) are re-read every ``REFRESH_SECONDS`` and
+left out of the claim: a worker of named queues drops them; a worker of every queue claims from the
+queues that have ready jobs, less the paused ones (one loose index scan), while any is paused.
+
 Queues named with a limit (``-q mail:4``) are claimed with a quota each: never more of their jobs
 held here (buffered or running) than the limit. Several queues are claimed in one statement, in
 priority order across them.
@@ -23,6 +27,7 @@ from typing import Any
 
 from django.utils import timezone
 
+from .. import queue_control
 from ..exceptions import UnknownTask
 from ..registry import JobHandler, get_handler
 from ..store import Claim
@@ -80,6 +85,8 @@ class ClaimLoop:
         self.average_run = 1.0  # seconds, moving average of handler run times (starts cautious)
         self.exit_code = 0
         self._reconcile = False  # a claim failed in flight: release what it may have claimed
+        self.paused: frozenset[str] = frozenset()
+        self._paused_read_at = -1e9  # monotonic
 
     # -- capacity -----------------------------------------------------------------------------------
     def observed(self, duration: float) -> None:
@@ -149,7 +156,10 @@ class ClaimLoop:
                 self.sweep()
                 next_sweep = time.monotonic() + self.sweep_interval * random.uniform(0.8, 1.2)
             self.progress()
-            self.wake.wait(max(0.0, min(self.poll_interval, next_promote - time.monotonic())))
+            wait = min(self.poll_interval, next_promote - time.monotonic())
+            if self.paused:  # notice a resume within about REFRESH_SECONDS even without a wake-up
+                wait = min(wait, queue_control.REFRESH_SECONDS)
+            self.wake.wait(max(0.0, wait))
 
     def _finished(self, claimed: list[Claim], writes_before: int) -> bool:
         max_jobs = self.options.max_jobs
@@ -170,13 +180,30 @@ class ClaimLoop:
             return True
         return False
 
+    def _queues(self) -> tuple[str, ...] | None:
+        """The queues to claim from now (None: every queue; empty: none, all are paused)."""
+        now = time.monotonic()
+        if now - self._paused_read_at >= queue_control.REFRESH_SECONDS:
+            paused = queue_control.paused_names(self.conn.store)
+            if paused != self.paused:
+                logger.info("paused queues: %s", ", ".join(sorted(paused)) or "none")
+            self.paused, self._paused_read_at = paused, now
+        if not self.paused:
+            return self.options.queues
+        if self.options.queues is None:
+            return tuple(self.conn.store.ready_queues(excluding=self.paused))
+        return tuple(q for q in self.options.queues if q not in self.paused)
+
     def _claim(self, room: int) -> list[Claim]:
         sent = time.monotonic()
+        queues = self._queues()
+        if queues == ():
+            return []
         claimed = self.conn.store.claim(
             self.name,
             limit=room,
             lease=self.lease,
-            queues=self.options.queues,
+            queues=queues,
             quotas=self.quotas(room),
         )
         if claimed:

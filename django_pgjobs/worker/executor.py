@@ -19,12 +19,14 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import close_old_connections, connections
+from django.dispatch import Signal
 
 from ..conf import get_settings
-from ..exceptions import PayloadNotSerializable, UnknownTask
+from ..exceptions import JobCancelled, PayloadNotSerializable, Snooze, UnknownTask
 from ..payloads import check_value, dumps
 from ..registry import JobContext
 from ..retry import default_backoff
+from ..signals import job_failed, job_finished, job_started
 from ..validation import MAX_DELAY_SECONDS
 from .inflight import InFlight, InFlightTable
 from .outcome import Outcome, failure, safe_str
@@ -99,17 +101,31 @@ class Executors:
         start = time.monotonic()
         # Connections are tidied after each job (see _reset_connections), so the next one on this
         # thread starts from that state: no second pass here.
+        context = JobContext.for_claim(claim, self.worker_name, entry.cancel_signal)
+        _send(job_started, entry, context=context)
         try:
             if entry.handler is None:
                 raise UnknownTask(claim.task)
-            result = entry.handler.run(
-                JobContext.for_claim(claim, self.worker_name), claim.args, claim.kwargs
-            )
+            result = entry.handler.run(context, claim.args, claim.kwargs)
             outcome = Outcome(
                 ok=True, duration=time.monotonic() - start, result_json=_result_json(claim.task, result)
             )
+        except Snooze as snooze:
+            outcome = Outcome(ok=False, duration=time.monotonic() - start, snooze_for=snooze.seconds)
         except BaseException as exc:  # SystemExit/KeyboardInterrupt from a handler is its failure
-            outcome = failure(exc, time.monotonic() - start, self.retry_delay(entry, exc))
+            cancel = isinstance(exc, JobCancelled)
+            outcome = failure(
+                exc, time.monotonic() - start, None if cancel else self.retry_delay(entry, exc), cancel=cancel
+            )
+            will_retry = not cancel and not context.cancel_requested and outcome.retry_in is not None
+            _send(
+                job_failed,
+                entry,
+                context=context,
+                exception=exc,
+                will_retry=will_retry and claim.attempt < claim.max_attempts,
+            )
+        _send(job_finished, entry, context=context, outcome=outcome.label, duration=outcome.duration)
         return outcome, _reset_connections(claim.task, claim.id)
 
     def retry_delay(self, entry: InFlight, exc: BaseException | None) -> float | None:
@@ -154,6 +170,21 @@ class Executors:
             self.on_too_many_stuck(stuck)
         else:
             self._spawn()
+
+
+def _send(signal: Signal, entry: InFlight, **details: Any) -> None:
+    """A worker signal, sent robustly: a receiver that raises is logged, the job goes on."""
+    if not signal.has_listeners(entry.handler):
+        return
+    for receiver, response in signal.send_robust(entry.handler, **details):
+        if isinstance(response, Exception):
+            logger.error(
+                "a receiver of a worker signal (%s) raised for job %d: %s",
+                safe_str(receiver)[:200],
+                entry.id,
+                safe_str(response)[:500],
+                exc_info=response,
+            )
 
 
 def _result_json(task: str, result: Any) -> str:

@@ -10,6 +10,10 @@ longer extended, so its lease lapses and the sweeper takes it back).
 The claim loop's watchdog stops the process (exit code 5) when for a whole lease every beat failed
 (``failing_since``) or one beat has not come back (``beating_since``, a hung socket): the leases
 are lost by then, and a process whose heartbeat cannot reach the database must not keep claiming.
+The same thread keeps this process's row in the workers registry (:mod:`django_pgjobs.fleet`):
+registered when it starts, pushed forward every interval whether or not jobs are held, so the admin
+and ``jobstats`` see a live worker drop out a few intervals after it stops beating.
+
 A process that was merely frozen (SIGSTOP, a long pause) was not beating and is not stopped: on
 waking it beats again, and the fence refuses whatever it lost meanwhile.
 """
@@ -21,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from .. import fleet
 from .connections import DB_ERRORS, WorkerConnection
 from .inflight import InFlight, InFlightTable
 from .outcome import safe_str
@@ -36,7 +41,10 @@ class Heartbeat:
         interval: float,
         on_abandoned: Callable[[InFlight], None],
         stopped: threading.Event,
+        registration: fleet.Registration | None = None,
     ) -> None:
+        self.registration = registration
+        self._registry_due = 0.0  # monotonic time of the next registry beat
         self.table = table
         self.conn = connection
         self.interval = interval
@@ -52,6 +60,7 @@ class Heartbeat:
         return now - since
 
     def run(self) -> None:
+        self.beat_registry()
         while not self._stopped.is_set():
             held = self.table.to_heartbeat()
             interval = min([self.interval, *(e.lease / 3 for e in held)])
@@ -60,6 +69,26 @@ class Heartbeat:
             if self._stopped.is_set():
                 return
             self.beat()
+            self.beat_registry()
+
+    def beat_registry(self) -> None:
+        """This process's row in the workers registry, at most once per interval."""
+        now = time.monotonic()
+        if self.registration is None or now < self._registry_due:
+            return
+        self._registry_due = now + self.interval
+        try:
+            self.conn.ensure()
+            fleet.beat(
+                self.conn.store,
+                self.registration,
+                live_seconds=fleet.LIVE_BEATS * self.interval,
+                in_flight=len(self.table),
+            )
+        except DB_ERRORS as exc:
+            logger.warning("could not update the workers registry (%s)", safe_str(exc).strip()[:200])
+            self.conn.drop()
+            self._registry_due = now  # try again at the next beat
 
     def beat(self) -> None:
         for entry in self.table.abandon_overdue(time.monotonic()):
@@ -88,6 +117,13 @@ class Heartbeat:
                 "lost the lease of job(s) %s: they were taken back by the sweeper (this run's outcome "
                 "will be refused)",
                 sorted(e.id for e in lost),
+            )
+        for entry in self.table.request_cancel(result.cancel_requested):
+            logger.info(
+                "job %d %s was asked to stop by %s: its handler is told",
+                entry.id,
+                entry.claim.task,
+                entry.cancel_signal.by or "an operator",
             )
         if result.busy:
             logger.info("%d job(s) locked by another session were not extended this beat", len(result.busy))

@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cancellation import CancelSignal
 from ..registry import JobHandler
 from ..store import Claim
 
@@ -55,6 +56,8 @@ class InFlight:
     started: float | None = None
     #: The fence refused a heartbeat: the job is someone else's now; never beat it again.
     lost: bool = False
+    #: Set when the job is asked to stop; the handler's context reads it.
+    cancel_signal: CancelSignal = field(default_factory=CancelSignal)
     order: tuple[int, float, int] = field(default=(0, 0.0, 0))
 
     @property
@@ -198,6 +201,18 @@ class InFlightTable:
                     if entry.state in (JobState.BUFFERED, JobState.RUNNING):
                         newly.append(entry)
         return newly
+
+    def request_cancel(self, requests: dict[int, str | None]) -> list[InFlight]:
+        """Heartbeat found these claim tokens' jobs asked to stop: signal their handlers (once);
+        returns the entries newly signalled."""
+        signalled = []
+        with self._lock:
+            entries = [(self._items.get(t), by) for t, by in requests.items()]
+        for entry, by in entries:
+            if entry is not None and not entry.cancel_signal.is_set():
+                entry.cancel_signal.set(by)
+                signalled.append(entry)
+        return signalled
 
     # -- reading ----------------------------------------------------------------------------------
     def to_heartbeat(self) -> list[InFlight]:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..store import CANCEL_REQUESTED
 from .connections import WorkerConnection
 from .outcome import safe_str
 
@@ -38,7 +39,9 @@ class Listener:
         wake: Callable[[], None],
         stopped: threading.Event,
         poll_interval: float,
+        on_cancel: Callable[[], None] = lambda: None,
     ) -> None:
+        self.on_cancel = on_cancel
         self.conn = connection
         self.channel = channel
         self.queues = queues
@@ -83,7 +86,9 @@ class Listener:
             for note in raw.notifies(timeout=1.0):
                 if note.channel != self.channel:
                     continue
-                if self.queues is None or note.payload in self.queues:
+                if note.payload == CANCEL_REQUESTED:
+                    self.on_cancel()  # a held job may have been asked to stop: heartbeat now
+                elif self.queues is None or note.payload in self.queues:
                     self.wake()
 
     def _probe(self, raw: Any) -> bool:

@@ -26,6 +26,19 @@ class Outcome:
     message: str = ""
     traceback: str | None = None
     retry_in: float | None = None
+    #: The handler raised Snooze: run again in this many seconds, without spending the attempt.
+    snooze_for: float | None = None
+    #: The handler raised JobCancelled: the job ends cancelled.
+    cancel: bool = False
+
+    @property
+    def label(self) -> str:
+        """What ``job_finished`` reports (before the row had its say)."""
+        if self.snooze_for is not None:
+            return "snoozed"
+        if self.cancel:
+            return "cancelled"
+        return "done" if self.ok else "failed"
 
 
 def storable(text: Any, limit: int | None = None) -> str:
@@ -61,7 +74,7 @@ def class_path(kind: type) -> str:
     return storable(path)
 
 
-def failure(exc: BaseException, duration: float, retry_in: float | None) -> Outcome:
+def failure(exc: BaseException, duration: float, retry_in: float | None, *, cancel: bool = False) -> Outcome:
     """The outcome of a run that raised ``exc`` (called inside its ``except`` block)."""
     try:
         trace = "".join(tb.format_exception(type(exc), exc, exc.__traceback__))
@@ -74,6 +87,7 @@ def failure(exc: BaseException, duration: float, retry_in: float | None) -> Outc
         message=storable(safe_str(exc)),
         traceback=storable(trace),
         retry_in=retry_in,
+        cancel=cancel,
     )
 
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
+from .. import fleet
 from ..conf import get_settings
 from ..notify import notifier
 from ..stop_signals import relay_signals
@@ -69,7 +70,9 @@ class Worker:
         self.sweep_interval = self.options.sweep_interval or s.SWEEP_INTERVAL_SECONDS
         self.alias = s.DATABASE
 
-        self.counts = {"done": 0, "retry": 0, "dead": 0, "rejected": 0, "lost": 0, "released": 0}
+        self.counts = dict.fromkeys(
+            ("done", "retry", "dead", "cancelled", "snoozed", "rejected", "lost", "released"), 0
+        )
         self._exit_code = 0
         self._forced_by_signal = False
         self._stopping = threading.Event()  # stop claiming (first signal)
@@ -94,6 +97,13 @@ class Worker:
             self.heartbeat_interval,
             self._abandoned,
             self._threads_stopped,
+            fleet.Registration(
+                name=self.name,
+                worker_id=self.worker_id,
+                concurrency=self.concurrency,
+                queues=self.options.queues or (),
+                queue_limits=dict(self.options.queue_limits),
+            ),
         )
         self.executors = Executors(
             self.table, self.concurrency, self.name, self.ack.submit, self._too_many_stuck, self._start_thread
@@ -120,6 +130,7 @@ class Worker:
             self._wake.set,
             self._stopping,
             self.poll_interval,
+            on_cancel=self.heartbeat.now.set,
         )
 
     # -- public -----------------------------------------------------------------------------------
@@ -219,6 +230,10 @@ class Worker:
             detail = f": {outcome.error_class}: {first_line}" if first_line else f": {outcome.error_class}"
             if label == "retry" and outcome.retry_in is not None:
                 detail += f"; next attempt in {outcome.retry_in:.1f}s"
+        if outcome.snooze_for is not None:
+            detail = (
+                f": runs again in {outcome.snooze_for:g}s" if label == "snoozed" else ": snoozed too often"
+            )
         logger.log(
             level,
             "job %d %s queue=%s attempt=%d/%d %s after %.1fms%s",
@@ -227,7 +242,13 @@ class Worker:
             claim.queue,
             claim.attempt,
             claim.max_attempts,
-            {"done": "done", "retry": "failed", "dead": "failed for good (dead)"}[label],
+            {
+                "done": "done",
+                "retry": "failed",
+                "dead": "failed for good (dead)",
+                "cancelled": "cancelled",
+                "snoozed": "snoozed",
+            }[label],
             outcome.duration * 1000,
             detail,
         )
@@ -309,11 +330,20 @@ class Worker:
         )
         self._threads_stopped.set()
         self.heartbeat.now.set()
+        self._deregister()
         notifier().flush(timeout=2)
         connections.close_all()
         for conn in (self.ack.conn, self.heartbeat.conn, self.claims.conn, self.listener.conn):
             conn.drop()
         return self._exit_code or (1 if self._forced_by_signal else 0)
+
+    def _deregister(self) -> None:
+        """Leave the workers registry at once (a dead process drops out when its row expires)."""
+        try:
+            self.claims.conn.ensure()
+            fleet.deregister(self.claims.conn.store, self.name)
+        except DB_ERRORS as exc:
+            logger.warning("could not leave the workers registry (%s)", safe_str(exc).strip()[:200])
 
     def _release(self, which: Callable[[InFlight], bool], reason: str) -> None:
         chosen = self.table.mark_releasing(which)

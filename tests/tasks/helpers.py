@@ -57,7 +57,7 @@ def run_claimed(job: Claim, worker: str = WORKER) -> Any:
 
 
 def complete(job: Claim, value: Any, worker: str = WORKER) -> None:
-    assert Job.objects.complete([(job.id, job.token, value)]) == {job.token}
+    assert Job.objects.complete([(job.id, job.token, value)]) == {job.token: "done"}
 
 
 def fail(job: Claim, exc: BaseException, retry_in: float | None, worker: str = WORKER) -> str:
