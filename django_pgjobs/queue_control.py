@@ -3,7 +3,10 @@
 Every worker re-reads the table about once a second (:data:`REFRESH_SECONDS`, before a claim) and
 claims nothing from a paused queue; jobs already running there finish, and enqueues go on. The
 state lives in the database, so every worker of the fleet obeys it, including ones started later.
-Resuming also wakes the queue's idle workers (a NOTIFY after commit), so claims restart at once.
+Both also notify the workers (:data:`QUEUES_CHANGED` after commit), so a listening worker re-reads
+the table at once: a pause takes effect within milliseconds, and a resumed queue's idle workers
+claim at once. Without LISTEN a worker re-reads the table before a claim when its copy is older
+than ``REFRESH_SECONDS``.
 
 The admin's pause/resume buttons and ``manage.py jobqueues`` come through here.
 """
@@ -20,6 +23,8 @@ from .validation import MAX_QUEUE_LENGTH
 
 #: How often a worker re-reads the paused queues.
 REFRESH_SECONDS = 1.0
+#: The NOTIFY payload that makes workers re-read the paused queues now.
+QUEUES_CHANGED = "pgjobs:queues"
 
 PAUSE = """
 INSERT INTO pgjobs_queue_pause AS p (queue, paused_at, paused_by)
@@ -41,9 +46,12 @@ def _check(queue: str) -> str:
 def pause(queue: str, *, by: str = "", using: str | None = None) -> bool:
     """Pause ``queue``; False when it was already paused (nothing changed)."""
     alias = using or get_settings().DATABASE
-    with connections[alias].cursor() as cursor:
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
         cursor.execute(PAUSE, [_check(queue), by[:200]])
-        return bool(cursor.fetchall())
+        changed = bool(cursor.fetchall())
+        if changed:
+            notifier().wake_after_commit(alias, [QUEUES_CHANGED])
+    return changed
 
 
 def resume(queue: str, *, using: str | None = None) -> bool:
@@ -53,7 +61,7 @@ def resume(queue: str, *, using: str | None = None) -> bool:
         cursor.execute(RESUME, [_check(queue)])
         resumed = bool(cursor.fetchall())
         if resumed:
-            notifier().wake_after_commit(alias, [queue])
+            notifier().wake_after_commit(alias, [QUEUES_CHANGED, queue])
     return resumed
 
 

@@ -129,6 +129,8 @@ PGJOBS = {
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", min(10.0, _TEST_LEASE / 3))),
     "SWEEP_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_TEST_SWEEP_INTERVAL", "15")),
 }
+if os.environ.get("PGJOBS_TEST_MAX_SNOOZES"):
+    PGJOBS["MAX_SNOOZES"] = int(os.environ["PGJOBS_TEST_MAX_SNOOZES"])
 # The PgBouncer test runs one worker with the setting rather than ``--no-listen``.
 if os.environ.get("PGJOBS_TEST_LISTEN") == "0":
     PGJOBS["LISTEN"] = False

@@ -180,6 +180,11 @@ class ClaimLoop:
             return True
         return False
 
+    def queues_changed(self) -> None:
+        """A queue was paused or resumed (a notification): re-read them before the next claim."""
+        self._paused_read_at = -1e9
+        self.wake.set()
+
     def _queues(self) -> tuple[str, ...] | None:
         """The queues to claim from now (None: every queue; empty: none, all are paused)."""
         now = time.monotonic()

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..queue_control import QUEUES_CHANGED
 from ..store import CANCEL_REQUESTED
 from .connections import WorkerConnection
 from .outcome import safe_str
@@ -40,8 +41,10 @@ class Listener:
         stopped: threading.Event,
         poll_interval: float,
         on_cancel: Callable[[], None] = lambda: None,
+        on_queues_changed: Callable[[], None] = lambda: None,
     ) -> None:
         self.on_cancel = on_cancel
+        self.on_queues_changed = on_queues_changed
         self.conn = connection
         self.channel = channel
         self.queues = queues
@@ -88,6 +91,8 @@ class Listener:
                     continue
                 if note.payload == CANCEL_REQUESTED:
                     self.on_cancel()  # a held job may have been asked to stop: heartbeat now
+                elif note.payload == QUEUES_CHANGED:
+                    self.on_queues_changed()  # a queue was paused or resumed
                 elif self.queues is None or note.payload in self.queues:
                     self.wake()
 

@@ -131,6 +131,7 @@ class Worker:
             self._stopping,
             self.poll_interval,
             on_cancel=self.heartbeat.now.set,
+            on_queues_changed=self.claims.queues_changed,
         )
 
     # -- public -----------------------------------------------------------------------------------

@@ -284,3 +284,53 @@ def sleep_then_mark(context: JobContext, seconds: float, path: str) -> int:
     with open(path, "a") as f:
         f.write(f"{context.job_id}\n")
     return context.attempt
+
+
+# -- cancel and snooze ---------------------------------------------------------------------------
+@job(name="tests.cooperative", takes_context=True)
+def cooperative(context: JobContext, seconds: float = 60.0) -> str:
+    """Works in small steps and stops when asked (check_cancelled raises JobCancelled)."""
+    _record("cooperative-start", context.job_id)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        context.check_cancelled()
+        context.sleep(0.05)
+    return "ran to the end"
+
+
+@job(name="tests.async_cooperative", takes_context=True)
+async def async_cooperative(context: JobContext, seconds: float = 60.0) -> str:
+    """An async handler that never looks at the context: its task is cancelled for it."""
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_record)("async-start", context.job_id)
+    await asyncio.sleep(seconds)
+    return "ran to the end"
+
+
+@job(name="tests.ignores_cancel", takes_context=True)
+def ignores_cancel(context: JobContext, path: str) -> str:
+    """Starts, then waits for a file to appear, paying no attention to a cancel request."""
+    _record("ignores-start", context.job_id)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return f"saw cancel request: {context.cancel_requested} by {context.cancel_requested_by}"
+
+
+@job(name="tests.snoozes", takes_context=True, max_attempts=1)
+def snoozes(context: JobContext, times: int, seconds: float = 0.0) -> int:
+    """Snoozes ``times`` times, then succeeds; returns the attempt it succeeded on."""
+    from django_pgjobs import Snooze
+
+    _record("snoozes", context.job_id, context.attempt)
+    if context.attempt <= times:
+        raise Snooze(seconds)
+    return context.attempt
+
+
+from .signal_probe import connect as _connect_signal_probe  # noqa: E402 (after the handlers)
+
+_connect_signal_probe()
