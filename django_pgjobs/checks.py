@@ -102,3 +102,18 @@ def check_pgjobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
     return messages
+
+
+@register()
+def check_periodic(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Every periodic schedule can be built (``PGJOBS["PERIODIC"]`` entries name registered
+    handlers with valid arguments); ``@job(cron=...)`` already failed at import if it could not."""
+    from .periodic import InvalidSchedule, schedules
+
+    try:
+        schedules()
+    except InvalidSchedule as exc:
+        return [Error(str(exc), id="django_pgjobs.E021")]
+    except Exception:  # an invalid PGJOBS is check_pgjobs's to report
+        return []
+    return []

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar, overload
 from .cancellation import CancelSignal
 from .exceptions import DuplicateTaskName, InvalidJob, JobCancelled, UnknownTask
 from .payloads import check_arguments
+from .periodic import InvalidSchedule, Schedule
 from .retry import BackoffPolicy, ExponentialBackoff, default_backoff
 
 if TYPE_CHECKING:
@@ -124,6 +125,10 @@ class JobHandler(Generic[P, R]):
         timeout: float | None = None,
         takes_context: bool = False,
         options: EnqueueOptions | None = None,
+        cron: str | None = None,
+        every: float | dt.timedelta | None = None,
+        timezone: str | None = None,
+        missed: str | None = None,
     ) -> None:
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
@@ -146,6 +151,18 @@ class JobHandler(Generic[P, R]):
         self.__name__ = getattr(func, "__name__", self.name)
         self.__qualname__ = getattr(func, "__qualname__", self.name)
         self.__module__ = func.__module__
+        #: Its periodic schedule (``cron=`` or ``every=``), checked now so a bad one fails at import.
+        self.schedule: Schedule | None = None
+        if cron is not None or every is not None or timezone is not None or missed is not None:
+            self.schedule = Schedule.build(
+                self.name, cron=cron, every=every, timezone=timezone, missed=missed or "latest"
+            )
+            try:
+                self.payload_for((), {})
+            except InvalidJob as exc:
+                raise InvalidSchedule(
+                    f"periodic job {self.name!r} is enqueued with no arguments: {exc}"
+                ) from None
 
     def __repr__(self) -> str:
         return f"<JobHandler {self.name}>"
@@ -302,11 +319,17 @@ def job(
     lease: float | None = ...,
     timeout: float | None = ...,
     takes_context: bool = ...,
+    cron: str | None = ...,
+    every: float | dt.timedelta | None = ...,
+    timezone: str | None = ...,
+    missed: str | None = ...,
 ) -> Callable[[Callable[P, R]], JobHandler[P, R]]: ...
 
 
 def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Register a function as a job handler: ``@job`` or ``@job(queue="mail", max_attempts=5)``."""
+    """Register a function as a job handler: ``@job`` or ``@job(queue="mail", max_attempts=5)``;
+    ``@job(cron="0 3 * * *", timezone="Europe/Paris")`` or ``@job(every=30)`` also runs it on a
+    schedule (see :mod:`django_pgjobs.periodic`)."""
 
     def register_handler(f: Callable[..., Any]) -> JobHandler[Any, Any]:
         return register(JobHandler(f, **options))

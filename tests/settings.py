@@ -2,6 +2,7 @@
 
 import os
 import secrets
+from typing import Any
 
 from django_pgjobs.embedded import database_settings
 
@@ -124,11 +125,15 @@ LOGGING = {
 # through these variables. The heartbeat defaults to a third of the lease (capped at 10 s) so the
 # system check (heartbeat <= lease / 3) holds whatever lease a test picks.
 _TEST_LEASE = float(os.environ.get("PGJOBS_TEST_LEASE", "30"))
-PGJOBS = {
+PGJOBS: dict[str, Any] = {
     "LEASE_SECONDS": _TEST_LEASE,
     "HEARTBEAT_SECONDS": float(os.environ.get("PGJOBS_TEST_HEARTBEAT", min(10.0, _TEST_LEASE / 3))),
     "SWEEP_INTERVAL_SECONDS": float(os.environ.get("PGJOBS_TEST_SWEEP_INTERVAL", "15")),
 }
+# The periodic fleet tests: "every=N" or "every=N,skip" schedules tests.tick in the workers they start.
+if os.environ.get("PGJOBS_TEST_PERIODIC"):
+    _every, _, _missed = os.environ["PGJOBS_TEST_PERIODIC"].removeprefix("every=").partition(",")
+    PGJOBS["PERIODIC"] = [{"task": "tests.tick", "every": float(_every), "missed": _missed or "latest"}]
 if os.environ.get("PGJOBS_TEST_MAX_SNOOZES"):
     PGJOBS["MAX_SNOOZES"] = int(os.environ["PGJOBS_TEST_MAX_SNOOZES"])
 # The PgBouncer test runs one worker with the setting rather than ``--no-listen``.

@@ -117,7 +117,11 @@ def test_cancel_asks_a_running_job_to_stop_and_leaves_it_to_its_worker():
     job = make("running")
     assert Job.objects.cancel([job.pk], by="bob") == [job.pk]
     stored = Job.objects.get(pk=job.pk)
-    assert (stored.status, stored.claim_token, stored.locked_by) == ("running", job.claim_token, job.locked_by)
+    assert (stored.status, stored.claim_token, stored.locked_by) == (
+        "running",
+        job.claim_token,
+        job.locked_by,
+    )
     assert (stored.cancel_requested_at, stored.cancel_requested_by) == (db_now(), "bob")
     assert stored.history == job.history
     # Asking again changes nothing (the first request and its author stand).

@@ -29,6 +29,7 @@ from django.utils import timezone
 
 from .. import queue_control
 from ..exceptions import UnknownTask
+from ..periodic import CHECK_SECONDS, Ticker
 from ..registry import JobHandler, get_handler
 from ..store import Claim
 from .acknowledger import Acknowledger
@@ -67,7 +68,9 @@ class ClaimLoop:
         wake: threading.Event,
         sweep: Callable[[], None],
         progress: Callable[[], None],
+        ticker: Ticker | None = None,
     ) -> None:
+        self.ticker = ticker
         self.options = options
         self.name = name
         self.table = table
@@ -130,6 +133,8 @@ class ClaimLoop:
             if self._watchdog():
                 return
             now = time.monotonic()
+            if self.ticker is not None:
+                self._tick()
             if now >= next_promote:
                 next_promote = self._promote()
             writes_before = self.ack.writes
@@ -159,6 +164,8 @@ class ClaimLoop:
             wait = min(self.poll_interval, next_promote - time.monotonic())
             if self.paused:  # notice a resume within about REFRESH_SECONDS even without a wake-up
                 wait = min(wait, queue_control.REFRESH_SECONDS)
+            if self.ticker is not None:  # periodic ticks are enqueued on time
+                wait = min(wait, CHECK_SECONDS)
             self.wake.wait(max(0.0, wait))
 
     def _finished(self, claimed: list[Claim], writes_before: int) -> bool:
@@ -239,6 +246,17 @@ class ClaimLoop:
                 "charged) so they run now instead of waiting out their lease",
                 released[:20],
             )
+
+    def _tick(self) -> None:
+        """Enqueue the periodic jobs that fell due (one of the workers' inserts wins each tick)."""
+        assert self.ticker is not None
+        try:
+            self.conn.ensure()
+            self.ticker.tick(self.conn.store)
+        except DB_ERRORS as exc:
+            self._trouble("periodic enqueue", exc, 1)
+        except Exception:  # a handler's arguments no longer valid, a bug: never stop claiming
+            logger.exception("periodic jobs: enqueueing a tick failed")
 
     def _promote(self) -> float:
         """Due scheduled jobs become ready; returns when to promote next (monotonic): at the next

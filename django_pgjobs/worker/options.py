@@ -41,6 +41,8 @@ class WorkerOptions:
     lease: float | None = None
     heartbeat_interval: float | None = None
     sweep_interval: float | None = None
+    #: Enqueue the periodic jobs' ticks (never in a ``burst`` run, which drains and exits).
+    periodic: bool = True
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -31,6 +31,7 @@ from django.db import connections
 from .. import fleet
 from ..conf import get_settings
 from ..notify import notifier
+from ..periodic import Ticker, schedules
 from ..stop_signals import relay_signals
 from ..store import Failure
 from .acknowledger import Acknowledger
@@ -122,6 +123,7 @@ class Worker:
             wake=self._wake,
             sweep=self._sweep,
             progress=self._progress,
+            ticker=Ticker(schedules()) if self.options.periodic and not self.options.burst else None,
         )
         self.listener = Listener(
             connection("listen", 30.0),

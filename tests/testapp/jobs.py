@@ -334,3 +334,10 @@ def snoozes(context: JobContext, times: int, seconds: float = 0.0) -> int:
 from .signal_probe import connect as _connect_signal_probe  # noqa: E402 (after the handlers)
 
 _connect_signal_probe()
+
+
+@job(name="tests.tick", takes_context=True)
+def tick(context: JobContext) -> str | None:
+    """Run on a schedule by the periodic tests (PGJOBS_TEST_PERIODIC puts it in PGJOBS["PERIODIC"])."""
+    _record("tick", context.job_id, context.idempotency_key)
+    return context.idempotency_key

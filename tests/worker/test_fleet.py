@@ -58,7 +58,10 @@ def test_a_sigkilled_worker_drops_out_after_a_few_beats_and_the_sweep_prunes_it(
     dropped = time.monotonic() - killed
     assert dropped < 5, f"took {dropped:.1f}s (live for {fleet.LIVE_BEATS} beats of 0.5 s)"
     assert WorkerProcess.objects.filter(pk=row.name).exists()  # kept a while, marked gone
-    query("UPDATE pgjobs_worker SET expires_at = now() - interval '2 hours' WHERE name = %s RETURNING name", [row.name])
+    query(
+        "UPDATE pgjobs_worker SET expires_at = now() - interval '2 hours' WHERE name = %s RETURNING name",
+        [row.name],
+    )
     from django.core.management import call_command
 
     call_command("sweepjobs")

@@ -49,6 +49,11 @@ class Command(BaseCommand):
             help="Poll only, no LISTEN/NOTIFY (for PgBouncer transaction pooling).",
         )
         parser.add_argument(
+            "--no-periodic",
+            action="store_true",
+            help="Do not enqueue periodic jobs' ticks (other workers do; a --burst run never does).",
+        )
+        parser.add_argument(
             "--shutdown-timeout",
             type=float,
             default=30.0,
@@ -75,6 +80,7 @@ class Command(BaseCommand):
                     poll_interval=options["poll_interval"],
                     listen=False if options["no_listen"] else None,
                     shutdown_timeout=options["shutdown_timeout"],
+                    periodic=not options["no_periodic"],
                 )
             )
 
