@@ -17,6 +17,7 @@ from collections import Counter
 
 import pytest
 
+from django_pgjobs import fleet
 from django_pgjobs.managers import NewJob
 from django_pgjobs.models import Job
 from tests.failure.helpers import fast_env
@@ -65,6 +66,10 @@ def test_soak_sigkill_workers_no_job_lost_stuck_or_run_more_than_explained(worke
         slot = (slot + 1) % WORKERS
     wait_for(lambda: done_count() == JOBS, 300, "every job to be done")
     elapsed = time.monotonic() - started
+    # A worker restarted just now may still be importing Django, before its signal handlers exist
+    # (SIGTERM would then kill it with -15): stop each once it has registered, i.e. is running.
+    live = fleet.live_workers()
+    wait_for(lambda: {p.pid for p in procs} <= set(live.values_list("pid", flat=True)), 60, "every worker up")
     for p in procs:
         p.signal(signal.SIGTERM)
     for p in procs:

@@ -54,7 +54,7 @@ def test_one_pass_returns_expired_leases_to_ready_or_dead_with_history():
         job = jobs.echo.using(max_attempts=1).enqueue(f"last-{i}")
         Job.objects.claim(None, "w-b", limit=1, lease=0.001)
         dead_ids.append(job.id)
-    wait_for(lambda: Job.objects.sweep_preview() == (3, 2), 10, "leases to lapse")
+    wait_for(lambda: Job.objects.sweep_preview() == (3, 2, 0), 10, "leases to lapse")
     out = sweepjobs()
     assert "expired leases: 3 back to ready, 2 dead" in out, out
     for job in Job.objects.filter(pk__in=ready_ids):
