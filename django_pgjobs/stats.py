@@ -29,7 +29,7 @@ use, not the web server's.
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -140,7 +140,6 @@ class Snapshot:
     pauses: list[QueuePause]
     generated_at: dt.datetime
     exact: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def snapshot(using: str | None = None, *, exact: bool = False) -> Snapshot:
