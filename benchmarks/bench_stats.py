@@ -188,11 +188,21 @@ def main(argv: list[str] | None = None) -> int:
 
     queue_stats()  # warm: the first run reads the table into the cache, as every later scrape finds it
     baseline()
+    measured: list[tuple[str, Callable[[], object]]] = [
+        ("queue_stats()", queue_stats),
+        ("queue_stats(exact=True)", lambda: queue_stats(exact=True)),
+        ("manage.py jobstats --json (in process)", jobstats_json),
+    ]
+    try:
+        from django_pgjobs.metrics import exposition
+
+        measured.append(("/pgjobs/metrics body (metrics.exposition())", exposition))
+    except ImportError:
+        log("prometheus_client is not installed: no metrics row")
     rows = []
-    ours, base = alternate(queue_stats, baseline, args.runs)
-    rows.append(("queue_stats()", ours, base))
-    ours, base = alternate(jobstats_json, baseline, args.runs)
-    rows.append(("manage.py jobstats --json (in process)", ours, base))
+    for label, fn in measured:
+        ours, base = alternate(fn, baseline, args.runs)
+        rows.append((label, ours, base))
 
     with psycopg.connect(db_url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
