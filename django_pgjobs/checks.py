@@ -54,9 +54,15 @@ def metrics_problems(s: PgJobsSettings) -> list[CheckMessage]:
 
 
 def _metrics_url_included() -> bool:
+    """Whether the project's URLconf serves our metrics. A project without a URLconf (a worker-only
+    settings module) does not; a URLconf that fails to load is Django's own check's to report."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return False
     try:
         reverse("django_pgjobs:metrics")
-    except (NoReverseMatch, ImproperlyConfigured, ImportError):
+    except NoReverseMatch:
+        return False
+    except Exception:
         return False
     return True
 

@@ -227,3 +227,5 @@ def test_check_urls_included_without_prometheus_client(monkeypatch):
     assert [m.id for m in check_pgjobs()] == ["django_pgjobs.E009"]
     with override_settings(ROOT_URLCONF="tests.urls_without_pgjobs"):
         assert check_pgjobs() == []
+    with override_settings(ROOT_URLCONF=None):  # a worker-only settings module
+        assert check_pgjobs() == []
