@@ -32,7 +32,7 @@ import datetime as dt
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from .conf import get_settings
 from .fleet import live_workers
@@ -90,6 +90,8 @@ GROUP BY f.queue, f.status
 ALL_COUNTS = "SELECT j.queue, j.status, count(*) FROM pgjobs_job AS j GROUP BY j.queue, j.status"
 
 NOW = "SELECT statement_timestamp()"
+#: Every statement of a snapshot sees the same committed state (see :func:`snapshot`).
+ONE_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 @dataclass(frozen=True)
@@ -143,9 +145,21 @@ class Snapshot:
 
 
 def snapshot(using: str | None = None, *, exact: bool = False) -> Snapshot:
-    """Read the fleet once: three or four statements, none of which scans the table unless
-    ``exact`` (see the module docstring for why, and for what the default counts mean)."""
+    """Read the fleet once: five or six short statements, none of which scans the table unless
+    ``exact`` (see the module docstring for why, and for what the default counts mean).
+
+    They run in one ``REPEATABLE READ READ ONLY`` transaction when the caller has none open, so a
+    job that finishes meanwhile is counted once (as running, or as done), not in both statements or
+    in neither. Inside the caller's transaction they read with its isolation."""
     alias = using or get_settings().DATABASE
+    if connections[alias].in_atomic_block:
+        return _read(alias, exact)
+    with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
+        cursor.execute(ONE_SNAPSHOT)  # the transaction's first statement
+        return _read(alias, exact)
+
+
+def _read(alias: str, exact: bool) -> Snapshot:
     counts: dict[str, dict[str, int]] = {}
     waits: dict[str, float] = {}
     finished: dict[str, dict[str, tuple[int, int]]] = {}

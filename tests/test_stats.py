@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 
 from django_pgjobs import queue_control
+from django_pgjobs import stats as stats_module
 from django_pgjobs.models import Status, WorkerProcess
 from django_pgjobs.stats import HOUR_SECONDS, QueueStats, queue_stats, snapshot
 from tests.factories import JobFactory
@@ -170,6 +171,9 @@ def test_reads_from_the_jobs_database_alias_only():
     assert [(q.queue, q.live_workers) for q in stats] == [("mail", 1)]
     assert on_default.captured_queries == []
     assert len(on_jobs.captured_queries) >= 4
+    # Outside a transaction, every statement reads one snapshot.
+    sql = [q["sql"] for q in on_jobs.captured_queries]
+    assert sql[sql.index("BEGIN") + 1] == stats_module.ONE_SNAPSHOT
 
 
 def test_the_backlog_statements_use_their_partial_indexes():
