@@ -241,6 +241,42 @@ def test_watch_refreshes_until_ctrl_c_and_exits_0(tmp_path):
             proc.wait()
 
 
+def test_watch_rides_out_a_database_outage(tmp_path):
+    """Left open during an incident, the watch says the database is away and resumes after."""
+    from tests.proxy import database_proxy, proxied_env
+
+    log = tmp_path / "watch.log"
+    with database_proxy() as proxy, log.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", WATCH],
+            cwd=ROOT,
+            env=proxied_env(proxy),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            refreshes = lambda: log.read_text().count("Queues at")  # noqa: E731
+            wait_for(lambda: refreshes() >= 1 or proc.poll() is not None, 60, "a first refresh")
+            proxy.down()
+            wait_for(
+                lambda: "database unavailable since" in log.read_text() or proc.poll() is not None,
+                30,
+                "the outage to be reported",
+            )
+            before = refreshes()
+            proxy.up()
+            wait_for(lambda: refreshes() > before or proc.poll() is not None, 30, "a refresh after")
+            assert proc.poll() is None, log.read_text()
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) == 0, log.read_text()
+            assert "Traceback" not in log.read_text()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
 def test_watch_rejects_a_non_positive_interval():
     with pytest.raises(CommandError, match="--watch"):
         run("jobstats", "--watch", "0")

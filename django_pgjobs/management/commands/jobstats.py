@@ -15,6 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError, InterfaceError, connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.models import Status, WorkerProcess
@@ -225,10 +226,22 @@ class Command(BaseCommand):
         if interval is None:
             self.stdout.write(once(), ending="")
             return
+        down_since: str | None = None
         try:
             while True:
-                text = once()
-                self.stdout.write(text if options["json"] else CLEAR + text, ending="")
+                try:
+                    text = once()
+                    down_since = None
+                except (DatabaseError, InterfaceError) as exc:
+                    # A watch is what you leave open during an incident: it rides out a restart
+                    # or a failover and picks up again, like the workers do.
+                    connections[using].close()
+                    down_since = down_since or time.strftime("%H:%M:%S")
+                    problem = f"database unavailable since {down_since}: {str(exc).strip()[:300]}"
+                    self.stderr.write(f"{problem}; retrying every {interval:g}s")
+                    text = "" if options["json"] else problem + "\n"
+                if text:
+                    self.stdout.write(text if options["json"] else CLEAR + text, ending="")
                 self.stdout.flush()
                 time.sleep(interval)
         except KeyboardInterrupt:
