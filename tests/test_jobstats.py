@@ -206,12 +206,15 @@ def test_an_import_error_inside_the_periodic_module_is_not_hidden(monkeypatch):
         run("jobstats")
 
 
-#: ``manage.py jobstats --watch 0.2`` in a child process, without django_pgjobs.periodic (see
-#: ``no_periodic_module``): the watch itself is under test here, not the periodic module.
+#: ``manage.py jobstats --watch 0.2`` in a child process (run in the repository root). When this
+#: tree has no django_pgjobs/periodic.py the module is blocked, so that a development tree's editable
+#: install cannot find another checkout's copy (see ``no_periodic_module``).
 WATCH = (
-    "import sys; sys.modules['django_pgjobs.periodic'] = None; "
-    "from django.core.management import execute_from_command_line; "
-    "execute_from_command_line(['manage.py', 'jobstats', '--watch', '0.2'])"
+    "import pathlib, sys\n"
+    "if not pathlib.Path('django_pgjobs/periodic.py').exists():\n"
+    "    sys.modules['django_pgjobs.periodic'] = None\n"
+    "from django.core.management import execute_from_command_line\n"
+    "execute_from_command_line(['manage.py', 'jobstats', '--watch', '0.2'])\n"
 )
 
 
