@@ -12,8 +12,9 @@ them: a million rows is ordinary), and these figures are read often (a scrape ev
   slice of the table however long retention is. ``counts`` then holds the last hour's for them
   (``QueueStats.final_window_seconds`` says so).
 * ``exact=True`` counts every state over the whole table with one ``GROUP BY queue, status`` (a
-  parallel sequential scan: measured 250-300 ms on 1,000,000 jobs on 2 cores, against about 30 ms for
-  the default; ``benchmarks/bench_stats.py``). For ``jobstats --exact``, not for a scrape.
+  parallel sequential scan: the plain ``GROUP BY`` took 200-430 ms on 1,000,000 jobs on 2 shared
+  cores, the default snapshot 35-60 ms, always 0.14-0.18x of it in the same run;
+  ``benchmarks/bench_stats.py``). For ``jobstats --exact``, not for a scrape.
 
 Failed means *finished dead in the window*. A failed attempt that was retried leaves a ``ready`` or
 ``scheduled`` row whose failure time lives only in its ``history`` JSON, which no index holds:
