@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from django.conf import settings
 from django.core.checks import CheckMessage, Error, Warning, register
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
+from django.urls import NoReverseMatch, reverse
 
-from .conf import get_settings
+from .conf import PgJobsSettings, get_settings
 
 #: The oldest psycopg the worker works with: ``Connection.notifies(timeout=...)`` arrived in 3.2;
 #: with 3.1 the listener fell back to reconnecting every 0.2 s.
@@ -25,6 +27,44 @@ def psycopg_problem() -> str | None:
     if version < MIN_PSYCOPG:
         return f"django-pgjobs needs psycopg >= 3.2; this is psycopg {psycopg.__version__}"
     return None
+
+
+def metrics_problems(s: PgJobsSettings) -> list[CheckMessage]:
+    """The metrics endpoint: a token scheme with no token would refuse every scrape, and the
+    endpoint without ``prometheus_client`` answers only 501."""
+    messages: list[CheckMessage] = []
+    if s.METRICS_AUTH in ("token", "staff_or_token") and not s.METRICS_TOKEN:
+        messages.append(
+            Error(
+                f"PGJOBS METRICS_AUTH is {s.METRICS_AUTH!r} but METRICS_TOKEN is empty",
+                hint="Set PGJOBS['METRICS_TOKEN'] (e.g. from an environment variable) to the bearer "
+                "token your Prometheus sends, or METRICS_AUTH = 'staff'.",
+                id="django_pgjobs.E008",
+            )
+        )
+    if importlib.util.find_spec("prometheus_client") is None and _metrics_url_included():
+        messages.append(
+            Error(
+                "django_pgjobs.urls is included (it serves /metrics) but prometheus_client is not installed",
+                hint="pip install 'django-pgjobs[metrics]'",
+                id="django_pgjobs.E009",
+            )
+        )
+    return messages
+
+
+def _metrics_url_included() -> bool:
+    """Whether the project's URLconf serves our metrics. A project without a URLconf (a worker-only
+    settings module) does not; a URLconf that fails to load is Django's own check's to report."""
+    if not getattr(settings, "ROOT_URLCONF", None):
+        return False
+    try:
+        reverse("django_pgjobs:metrics")
+    except NoReverseMatch:
+        return False
+    except Exception:
+        return False
+    return True
 
 
 @register()
@@ -88,6 +128,8 @@ def check_pgjobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     problem = psycopg_problem()
     if problem:
         messages.append(Error(problem, hint="pip install 'psycopg[binary]>=3.2'", id="django_pgjobs.E007"))
+
+    messages += metrics_problems(s)
 
     apps = list(settings.INSTALLED_APPS)
     ours = next((i for i, a in enumerate(apps) if a.startswith("django_pgjobs")), None)

@@ -64,6 +64,14 @@ class PgJobsSettings:
     #: handler's name), ``cron`` (with an optional ``timezone``) or ``every`` (seconds or a
     #: timedelta), and optional ``args``, ``kwargs``, ``name`` and ``missed`` ("latest" or "skip").
     PERIODIC: list = field(default_factory=list)
+    #: Who may read ``/pgjobs/metrics`` (``django_pgjobs.urls``): ``"staff"`` (a logged-in, active
+    #: staff user's session), ``"token"`` (``Authorization: Bearer <METRICS_TOKEN>``, what a
+    #: Prometheus server sends) or ``"staff_or_token"``. Queue names and worker hosts are not for
+    #: the public, so there is no open setting: anyone else gets 403.
+    METRICS_AUTH: str = "staff"
+    #: The bearer token for ``METRICS_AUTH = "token"`` / ``"staff_or_token"``; empty never matches
+    #: (system check ``django_pgjobs.E008``). Read it from the environment, not from the code.
+    METRICS_TOKEN: str = ""
 
     def __post_init__(self) -> None:
         """Reject a value of the wrong kind here, where it is read, rather than as a traceback in
@@ -77,6 +85,11 @@ class PgJobsSettings:
             problems.append(
                 f"NOTIFY_CHANNEL must be 1-63 bytes without double quotes (a LISTEN channel); got {channel!r}"
             )
+        if isinstance(self.METRICS_AUTH, str) and self.METRICS_AUTH not in METRICS_AUTH_CHOICES:
+            problems.append(
+                f"METRICS_AUTH must be one of {', '.join(repr(c) for c in METRICS_AUTH_CHOICES)}; "
+                f"got {self.METRICS_AUTH!r}"
+            )
         if not problems:
             from .retry import ExponentialBackoff
 
@@ -87,6 +100,9 @@ class PgJobsSettings:
         if problems:
             raise ImproperlyConfigured("invalid PGJOBS setting(s): " + "; ".join(problems))
 
+
+#: ``METRICS_AUTH`` values: who may read the metrics.
+METRICS_AUTH_CHOICES = ("staff", "token", "staff_or_token")
 
 _NAMES = {f.name for f in fields(PgJobsSettings)}
 

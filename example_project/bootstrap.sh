@@ -1,6 +1,6 @@
 # Sourced by example_project/demo.sh and tests/run.sh: make sure .venv at the repository root has
-# this project installed (editable) with its test, embedded-PostgreSQL, browser-test and tasks (the
-# django-tasks backport, so the django.tasks backend runs on Django 5.2 too) extras. Re-installs only
+# this project installed (editable) with its test, embedded-PostgreSQL, browser-test, tasks (the
+# django-tasks backport, so the django.tasks backend runs on Django 5.2 too) and metrics extras. Re-installs only
 # when pyproject.toml changed. Override the interpreter with PYTHON=/path/to/python3.x.
 set -euo pipefail
 
@@ -27,9 +27,9 @@ fi
 STAMP="$VENV/.pgjobs-installed"
 WANT="$("$VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest())' < "$ROOT/pyproject.toml")"
 if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
-  echo "Installing django-pgjobs[test,embedded,e2e,tasks] into $VENV ..." >&2
+  echo "Installing django-pgjobs[test,embedded,e2e,tasks,metrics] into $VENV ..." >&2
   "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test,embedded,e2e,tasks]"
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e "$ROOT[test,embedded,e2e,tasks,metrics]"
   echo "$WANT" > "$STAMP"
 fi
 PY="$VENV/bin/python"
