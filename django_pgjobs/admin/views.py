@@ -29,29 +29,46 @@ FILTER_VALUES_LIMIT = 200
 LEASE_EXPIRED = Q(status=Status.RUNNING, lease_expires_at__lt=Now())
 
 
-def distinct_values(column: str, using: str, limit: int = FILTER_VALUES_LIMIT) -> list[str]:
-    """Distinct values of ``column`` by a loose index scan (a recursive CTE of ``> last LIMIT 1``).
+#: Newest jobs (a backward primary-key scan) whose values the filter sidebar lists.
+FILTER_SAMPLE_ROWS = 10_000
 
-    With an index that leads with the column this costs one index probe per distinct value instead of
-    a ``SELECT DISTINCT`` over every row, so the filter sidebar stays fast on a million-row table.
+
+def distinct_values(column: str, using: str, limit: int = FILTER_VALUES_LIMIT) -> list[str]:
+    """Values of ``queue`` or ``task`` for the filter sidebar, without reading the whole table.
+
+    No index covers these columns for every row (each would be written on every state change; the
+    lean partial indexes are what keeps claims and completions cheap), and a loose scan without one
+    read the table once per distinct value: 9.9 s on a million jobs. So the list is what is known
+    cheaply: registered handlers' names and queues (this process imports every app's ``jobs.py``),
+    queues with ready jobs (a loose scan of the claim index), queues named by live workers or
+    paused, and the values among the newest ``FILTER_SAMPLE_ROWS`` jobs. A value only older jobs
+    hold is still filtered by its URL (``?queue=...``), and the filter then lists it too.
     """
     if column not in {"queue", "task"}:
         raise ValueError(column)
+    from ..fleet import live_workers
+    from ..models import QueuePause
+    from ..registry import registered
+
+    handlers = registered().values()
+    values: set[str] = set()
+    if column == "task":
+        values |= {h.name for h in handlers}
+    else:
+        values |= {h.queue or get_settings().DEFAULT_QUEUE for h in handlers}
+        values |= set(Job.objects.db_manager(using).store.ready_queues())
+        values |= {q for w in live_workers(using) for q in (w.queues or [])}
+        values |= set(QueuePause.objects.using(using).values_list("queue", flat=True))
     connection = connections[using]
     table = connection.ops.quote_name(Job._meta.db_table)
     col = connection.ops.quote_name(column)
-    statement = f"""
-        WITH RECURSIVE t(v) AS (
-            (SELECT {col} FROM {table} ORDER BY {col} LIMIT 1)
-            UNION ALL
-            SELECT (SELECT {col} FROM {table} WHERE {col} > t.v ORDER BY {col} LIMIT 1)
-            FROM t WHERE t.v IS NOT NULL
-        )
-        SELECT v FROM t WHERE v IS NOT NULL LIMIT %s
-    """
     with connection.cursor() as cursor:
-        cursor.execute(statement, [limit])
-        return [row[0] for row in cursor.fetchall()]
+        cursor.execute(
+            f"SELECT DISTINCT s.v FROM (SELECT {col} AS v FROM {table} ORDER BY id DESC LIMIT %s) AS s",
+            [FILTER_SAMPLE_ROWS],
+        )
+        values |= {row[0] for row in cursor.fetchall()}
+    return sorted(values)[:limit]
 
 
 class _DistinctValueFilter(admin.SimpleListFilter):

@@ -176,7 +176,27 @@ def test_jobs_list_columns_filters_and_search(operator, client_for):
     assert found("?queue=mail") == ["billing.send_receipt"]
     assert found("?task=billing.charge") == ["billing.charge"]
     filters = response.context["cl"].filter_specs
-    assert [c["display"] for c in filters[1].choices(response.context["cl"])][1:] == ["mail", "payments"]
+    queues = [c["display"] for c in filters[1].choices(response.context["cl"])][1:]
+    # The jobs' queues and the registered handlers' (no index lists every row's: see distinct_values).
+    assert {"mail", "payments", "default", "sig"} <= set(queues) and queues == sorted(queues)
+    tasks = [c["display"] for c in filters[2].choices(response.context["cl"])][1:]
+    assert {"billing.charge", "billing.send_receipt", "tests.echo"} <= set(tasks)
+
+
+def test_filter_values_include_old_jobs_only_through_the_newest_sample(operator, client_for, monkeypatch):
+    from django_pgjobs.admin import views
+
+    JobFactory(task="old.task", queue="old-queue", done=True)
+    JobFactory(task="new.task", queue="new-queue", done=True)
+    assert {"old-queue", "new-queue"} <= set(views.distinct_values("queue", "default"))
+    monkeypatch.setattr(views, "FILTER_SAMPLE_ROWS", 1)  # only the newest job is sampled
+    assert "new.task" in views.distinct_values("task", "default")
+    assert "old.task" not in views.distinct_values("task", "default")
+    # Still filterable by URL, and then listed.
+    response = client_for(operator).get(JOBS_URL, {"task": "old.task"})
+    assert [j.task for j in response.context["cl"].result_list] == ["old.task"]
+    choices = [c["display"] for c in response.context["cl"].filter_specs[2].choices(response.context["cl"])]
+    assert "old.task" in choices
 
 
 def test_search_with_a_unicode_digit_is_not_an_error(operator, client_for):
