@@ -6,8 +6,11 @@
 * Actions (retry / cancel / run now need ``django_pgjobs.operate_job``; discard needs delete; edit
   needs change) go through ``Job.objects`` only, in bounded batches; running jobs are refused.
   Editing applies to ready and dead jobs: a running job is a worker's, a done job's run is history.
-* **Overview**: per-queue counts, running jobs whose lease expired, oldest ready age and the last
-  hour's outcomes.
+* **Overview**: per-queue counts, running jobs whose lease expired, oldest ready age, the last
+  hour's outcomes, live workers per queue, Pause/Resume per queue (``operate_job``) and the trends
+  charts (:mod:`.chart` over :mod:`django_pgjobs.throughput`).
+* **Workers**: live ``runjobs`` processes with their running jobs, and recently gone ones
+  (:mod:`.workers`).
 
 Both entries use the ``Job`` model's permissions (a dead letter is a job), so one set of grants
 covers both.
@@ -36,9 +39,13 @@ from ..models import DeadJob, Job, Status
 from . import actions
 from .bulk import FastCountPaginator
 from .forms import EDITABLE_FIELDS, MAX_JSON_DEPTH, TOO_DEEP, JobEditForm, deeper_than
+from .queues import queue_control_view
 from .views import LeaseExpiredFilter, QueueFilter, TaskFilter, overview_view
+from .workers import workers_view
 
 ERROR_EXCERPT = 80
+#: Characters of the error's first line in the list cell's tooltip.
+ERROR_TOOLTIP = 500
 
 #: The job page is read-only in these states: a worker holds a running job, and a done job has run to
 #: completion (its payload and schedule describe what ran). ``Job.objects.edit`` refuses both too.
@@ -226,10 +233,14 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="last error")
     def error_excerpt(self, obj: Job) -> str:
+        """The first line, cut at ``ERROR_EXCERPT`` characters, on one line (CSS ellipsis where the
+        column is narrower); the cell's tooltip holds the line up to ``ERROR_TOOLTIP``."""
         if not obj.last_error:
             return "-"
         first = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
-        return first if len(first) <= ERROR_EXCERPT else first[: ERROR_EXCERPT - 1] + "…"
+        shown = first if len(first) <= ERROR_EXCERPT else first[: ERROR_EXCERPT - 1] + "…"
+        tip = first if len(first) <= ERROR_TOOLTIP else first[: ERROR_TOOLTIP - 1] + "…"
+        return format_html('<span class="pgjobs-error-excerpt" title="{}">{}</span>', tip, shown)
 
     # -- the job page -------------------------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
@@ -480,19 +491,27 @@ class JobAdmin(admin.ModelAdmin):
             )
         ]
 
-    # -- overview page --------------------------------------------------------------------------------
+    # -- overview and workers pages -------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view  # login, staff, CSRF (csrf_protect), never cached
         extra = [
+            path("overview/", wrap(lambda request: overview_view(self, request)), name=f"{prefix}_overview"),
             path(
-                "overview/",
-                self.admin_site.admin_view(lambda request: overview_view(self, request)),
-                name=f"{self.opts.app_label}_{self.opts.model_name}_overview",
-            )
+                "overview/queues/<str:operation>/",
+                wrap(lambda request, operation: queue_control_view(self, request, operation)),
+                name=f"{prefix}_queue",
+            ),
+            path("workers/", wrap(lambda request: workers_view(self, request)), name=f"{prefix}_workers"),
         ]
         return extra + self._operate_urls() + super().get_urls()
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        extra = {"overview_url": reverse(f"{self.admin_site.name}:django_pgjobs_job_overview")}
+        site = self.admin_site.name
+        extra = {
+            "overview_url": reverse(f"{site}:django_pgjobs_job_overview"),
+            "workers_url": reverse(f"{site}:django_pgjobs_job_workers"),
+        }
         return super().changelist_view(request, {**extra, **(extra_context or {})})
 
 
