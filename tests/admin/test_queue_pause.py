@@ -10,7 +10,7 @@ from tests.factories import JobFactory
 
 from .conftest import JOBS_URL, messages_of
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("no_wakeups")]
 
 OVERVIEW = f"{JOBS_URL}overview/"
 PAUSE = f"{OVERVIEW}queues/pause/"
