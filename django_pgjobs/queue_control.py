@@ -65,3 +65,4 @@ def paused_names(cursor: object) -> frozenset[str]:
     """The paused queue names, read on a worker's own cursor."""
     cursor.execute(PAUSED)  # type: ignore[attr-defined]
     return frozenset(r[0] for r in cursor.fetchall())  # type: ignore[attr-defined]
+
