@@ -18,13 +18,14 @@ import datetime as dt
 import os
 import re
 import shutil
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import django
 import pytest
-from django.db import connection
+from django.db import connection, connections
 from django.utils import timezone
 
 from django_pgjobs.fleet import Registration, register
@@ -46,6 +47,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 TIMEOUT_MS = 15_000
+T = TypeVar("T")
 #: The README's screenshots: a laptop screen, Django's nav sidebar open.
 SCREENSHOT_VIEWPORT = {"width": 1400, "height": 1000}
 #: The smallest common laptop width the lists must stay readable at, sidebar open.
@@ -216,11 +218,25 @@ def expect_sidebar_open(page: Any) -> None:
     expect(page.locator("#main")).to_have_class(re.compile(r"\bshifted\b"))
 
 
-@pytest.fixture(autouse=True)
-def _orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Playwright's sync API runs an event loop in this thread, which makes Django refuse ORM calls
-    (SynchronousOnlyOperation); the test's own checks between clicks are plain blocking queries."""
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def outside_the_browser_loop(query: Callable[[], T]) -> T:
+    """Run an ORM ``query`` in a thread of its own, and close that thread's connection.
+
+    Inside ``sync_playwright()`` this thread runs an event loop, where Django refuses ORM calls;
+    allowing them (DJANGO_ALLOW_ASYNC_UNSAFE) gives the loop's context a connection of its own that
+    nothing closes, and the leftover session keeps the test database from being dropped."""
+    result: list[T] = []
+
+    def run() -> None:
+        try:
+            result.append(query())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, name="e2e-orm")
+    thread.start()
+    thread.join(TIMEOUT_MS / 1000)
+    assert result, "the query did not answer in time (or raised: see above)"
+    return result[0]
 
 
 @pytest.fixture
@@ -339,7 +355,8 @@ def test_overview_chart_pause_resume_and_workers_in_a_real_browser(
         mail.get_by_role("button", name="Pause").click()
         expect(page.locator("ul.messagelist")).to_contain_text("Paused queue mail")
         expect(page).to_have_url(overview)
-        assert list(QueuePause.objects.values_list("queue", "paused_by")) == [("mail", "ops")]
+        paused = outside_the_browser_loop(lambda: list(QueuePause.objects.values_list("queue", "paused_by")))
+        assert paused == [("mail", "ops")]
         expect(mail).to_have_class("pgjobs-paused")
         expect(mail.locator(".pgjobs-paused-badge")).to_have_text("paused")
         expect(mail.get_by_role("button", name="Resume")).to_be_visible()
@@ -347,7 +364,7 @@ def test_overview_chart_pause_resume_and_workers_in_a_real_browser(
 
         mail.get_by_role("button", name="Resume").click()
         expect(page.locator("ul.messagelist")).to_contain_text("Resumed queue mail")
-        assert not QueuePause.objects.exists()
+        assert not outside_the_browser_loop(QueuePause.objects.exists)
         expect(mail).not_to_have_class("pgjobs-paused")
         expect(mail.get_by_role("button", name="Pause")).to_be_visible()
 
