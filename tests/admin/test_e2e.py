@@ -342,6 +342,20 @@ def test_overview_chart_pause_resume_and_workers_in_a_real_browser(
         )
         box = minutes.bounding_box()
         assert box is not None and box["width"] > 300 and box["height"] > 60
+        # Dark mode (the admin follows the system's preference): the bars and labels take the
+        # theme's colours, as the admin's own text does.
+        colours = (
+            "() => { const svg = document.querySelector('#pgjobs-chart-minute');"
+            " const bar = svg.querySelector('rect.pgjobs-done');"
+            " return [getComputedStyle(bar).fill, getComputedStyle(svg).color,"
+            " getComputedStyle(document.querySelector('#content')).color]; }"
+        )
+        light = page.evaluate(colours)
+        page.emulate_media(color_scheme="dark")
+        dark = page.evaluate(colours)
+        page.emulate_media(color_scheme="light")
+        assert light[0] != dark[0] and light[1] != dark[1], (light, dark)
+        assert light[1] == light[2] and dark[1] == dark[2], (light, dark)  # the admin's body text colour
 
         # Live workers per queue: the registered worker claims from billing and mail.
         mail = page.locator("#pgjobs-overview tr[data-queue='mail']")
