@@ -57,7 +57,8 @@ def render_chart(
     series: Sequence[Bucket], bucket: BucketSize, *, chart_id: str, tz: dt.tzinfo | None = None
 ) -> SafeString:
     """``series`` (oldest first, as :func:`~django_pgjobs.throughput.throughput` returns it) as a
-    stacked bar chart: done jobs at the bottom of each bar, dead ones on top."""
+    stacked bar chart: done jobs at the bottom of each bar, dead ones on top. Times are labelled in
+    ``tz`` (default: Django's current time zone, as the rest of the admin shows them)."""
     step = dt.timedelta(minutes=1) if bucket == "minute" else dt.timedelta(hours=1)
     done_total = sum(b.done for b in series)
     dead_total = sum(b.dead for b in series)
