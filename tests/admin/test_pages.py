@@ -112,3 +112,20 @@ def test_overview_shows_live_workers_and_slots_per_queue(viewer, client_for):
     html = response.content.decode()
     assert '<td class="workers" title="all, mail">2 (6 slots)</td>' in html
     assert "Workers (2 live)" in html
+
+
+def test_overview_draws_both_trends_charts_from_the_finished_jobs(viewer, client_for):
+    now = timezone.now()
+    JobFactory(done=True, finished_at=now - dt.timedelta(minutes=3))
+    DeadJobFactory(finished_at=now - dt.timedelta(hours=5))
+    html = client_for(viewer).get(f"{JOBS_URL}overview/").content.decode()
+    for chart_id, bars, title in (
+        ("pgjobs-chart-minute", 60, "Jobs finished in the last hour, per minute"),
+        ("pgjobs-chart-hour", 24, "Jobs finished in the last 24 hours, per hour"),
+    ):
+        svg = re.search(rf'<svg class="pgjobs-chart" id="{chart_id}".*?</svg>', html, re.S)
+        assert svg, chart_id
+        assert svg.group(0).count('<g class="pgjobs-bar"') == bars
+        assert f'<title id="{chart_id}-title">{title}</title>' in svg.group(0)
+    assert "1 done and 1 dead in the last 24 hours, per hour" in html
+    assert "1 done and 0 dead in the last hour, per minute" in html
