@@ -6,8 +6,11 @@
 * Actions (retry / cancel / run now need ``django_pgjobs.operate_job``; discard needs delete; edit
   needs change) go through ``Job.objects`` only, in bounded batches; running jobs are refused.
   Editing applies to ready and dead jobs: a running job is a worker's, a done job's run is history.
-* **Overview**: per-queue counts, running jobs whose lease expired, oldest ready age and the last
-  hour's outcomes.
+* **Overview**: per-queue counts, running jobs whose lease expired, oldest ready age, the last
+  hour's outcomes, live workers per queue, Pause/Resume per queue (``operate_job``) and the trends
+  charts (:mod:`.chart` over :mod:`django_pgjobs.throughput`).
+* **Workers**: live ``runjobs`` processes with their running jobs, and recently gone ones
+  (:mod:`.workers`).
 
 Both entries use the ``Job`` model's permissions (a dead letter is a job), so one set of grants
 covers both.
@@ -15,6 +18,7 @@ covers both.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any, ClassVar
 
@@ -29,6 +33,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince
 
 from ..exceptions import InvalidJob
@@ -36,9 +41,13 @@ from ..models import DeadJob, Job, Status
 from . import actions
 from .bulk import FastCountPaginator
 from .forms import EDITABLE_FIELDS, MAX_JSON_DEPTH, TOO_DEEP, JobEditForm, deeper_than
+from .queues import queue_control_view
 from .views import LeaseExpiredFilter, QueueFilter, TaskFilter, overview_view
+from .workers import workers_view
 
 ERROR_EXCERPT = 80
+#: Characters of the error's first line in the list cell's tooltip.
+ERROR_TOOLTIP = 500
 
 #: The job page is read-only in these states: a worker holds a running job, and a done job has run to
 #: completion (its payload and schedule describe what ran). ``Job.objects.edit`` refuses both too.
@@ -103,16 +112,16 @@ class JobChangeList(ChangeList):
 class JobAdmin(admin.ModelAdmin):
     list_display: tuple[str, ...] = (
         "id",
-        "task",
+        "task_name",
         "queue",
         "status_badge",
         "priority",
         "attempts_display",
-        "run_at",
+        "run_at_short",
         "age",
         "error_excerpt",
     )
-    list_display_links = ("id", "task")
+    list_display_links = ("id", "task_name")
     list_filter: ClassVar[Any] = ("status", QueueFilter, TaskFilter, LeaseExpiredFilter)
     search_fields = ("task", "idempotency_key", "last_error")  # see get_search_results
     search_help_text = "A job id, an exact idempotency key, or part of a task name or error text."
@@ -206,6 +215,13 @@ class JobAdmin(admin.ModelAdmin):
             condition = Q(pk=int(digits)) | Q(idempotency_key=term)
         return queryset.filter(condition), False
 
+    @admin.display(description="task", ordering="task")
+    def task_name(self, obj: Job) -> str:
+        """The task's dotted name, breakable after each dot (``<wbr>``) but nowhere else: a narrow
+        list wraps ``billing.`` / ``charge_card`` instead of squeezing the column to a letter."""
+        parts = obj.task.split(".")
+        return format_html_join(mark_safe(".<wbr>"), "{}", ((part,) for part in parts))
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj: Job) -> str:
         colour = STATUS_COLOURS.get(obj.status, "#57606a")
@@ -220,16 +236,30 @@ class JobAdmin(admin.ModelAdmin):
     def attempts_display(self, obj: Job) -> str:
         return f"{obj.attempts}/{obj.max_attempts}"
 
+    @admin.display(description="run at", ordering="run_at")
+    def run_at_short(self, obj: Job) -> str:
+        return _short_time(obj.run_at)
+
+    @admin.display(description="finished at", ordering="finished_at")
+    def finished_at_short(self, obj: Job) -> str:
+        return _short_time(obj.finished_at)
+
     @admin.display(description="age", ordering="created_at")
     def age(self, obj: Job) -> str:
-        return timesince(obj.created_at, depth=1) if obj.created_at else "-"
+        # timesince joins number and unit with a no-break space; a plain one lets "34 / minutes"
+        # wrap in a narrow list (1366 px, sidebar open) instead of pushing the last column off.
+        return timesince(obj.created_at, depth=1).replace("\xa0", " ") if obj.created_at else "-"
 
     @admin.display(description="last error")
     def error_excerpt(self, obj: Job) -> str:
+        """The first line, cut at ``ERROR_EXCERPT`` characters, on one line (CSS ellipsis where the
+        column is narrower); the cell's tooltip holds the line up to ``ERROR_TOOLTIP``."""
         if not obj.last_error:
             return "-"
         first = obj.last_error.strip().splitlines()[0] if obj.last_error.strip() else ""
-        return first if len(first) <= ERROR_EXCERPT else first[: ERROR_EXCERPT - 1] + "…"
+        shown = first if len(first) <= ERROR_EXCERPT else first[: ERROR_EXCERPT - 1] + "…"
+        tip = first if len(first) <= ERROR_TOOLTIP else first[: ERROR_TOOLTIP - 1] + "…"
+        return format_html('<span class="pgjobs-error-excerpt" title="{}">{}</span>', tip, shown)
 
     # -- the job page -------------------------------------------------------------------------------
     def get_fieldsets(self, request: HttpRequest, obj: Job | None = None) -> Any:
@@ -480,20 +510,43 @@ class JobAdmin(admin.ModelAdmin):
             )
         ]
 
-    # -- overview page --------------------------------------------------------------------------------
+    # -- overview and workers pages -------------------------------------------------------------------
     def get_urls(self) -> list[URLPattern]:
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
+        wrap = self.admin_site.admin_view  # login, staff, CSRF (csrf_protect), never cached
         extra = [
+            path("overview/", wrap(lambda request: overview_view(self, request)), name=f"{prefix}_overview"),
             path(
-                "overview/",
-                self.admin_site.admin_view(lambda request: overview_view(self, request)),
-                name=f"{self.opts.app_label}_{self.opts.model_name}_overview",
-            )
+                "overview/queues/<str:operation>/",
+                wrap(lambda request, operation: queue_control_view(self, request, operation)),
+                name=f"{prefix}_queue",
+            ),
+            path("workers/", wrap(lambda request: workers_view(self, request)), name=f"{prefix}_workers"),
         ]
         return extra + self._operate_urls() + super().get_urls()
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> Any:
-        extra = {"overview_url": reverse(f"{self.admin_site.name}:django_pgjobs_job_overview")}
+        site = self.admin_site.name
+        extra = {
+            "overview_url": reverse(f"{site}:django_pgjobs_job_overview"),
+            "workers_url": reverse(f"{site}:django_pgjobs_job_workers"),
+        }
         return super().changelist_view(request, {**extra, **(extra_context or {})})
+
+
+def _short_time(value: dt.datetime | None) -> str:
+    """``2026-12-01`` over ``13:25:07`` (local time) in a list: 75 px where Django's "Dec. 1, 2026,
+    1:25 p.m." took 160 (or three lines); the full timestamp with its zone is the tooltip."""
+    if value is None:
+        return "-"
+    local = timezone.localtime(value) if timezone.is_aware(value) else value
+    return format_html(
+        '<time datetime="{}" title="{}">{}<br>{}</time>',
+        value.isoformat(),
+        local.isoformat(sep=" ", timespec="seconds"),
+        local.strftime("%Y-%m-%d"),
+        local.strftime("%H:%M:%S"),
+    )
 
 
 def _when(value: Any) -> str:
@@ -526,10 +579,10 @@ class DeadJobAdmin(JobAdmin):
 
     list_display = (
         "id",
-        "task",
+        "task_name",
         "queue",
         "attempts_display",
-        "finished_at",
+        "finished_at_short",
         "age",
         "error_excerpt",
     )

@@ -22,6 +22,7 @@ from django.template.response import TemplateResponse
 
 from ..models import Job, Status
 from .bulk import BulkOutcome, log_bulk_action, run_in_batches
+from .pages import crumbs, page_context
 
 if TYPE_CHECKING:
     from . import JobAdmin
@@ -137,27 +138,23 @@ def confirmation(
     modeladmin: JobAdmin, request: HttpRequest, queryset: QuerySet, op: Operation, select_across: bool
 ) -> TemplateResponse:
     """The "Are you sure?" page: the exact N, a sample, and a form that re-posts the same action."""
-    opts = modeladmin.model._meta
     count = queryset.count()
     running = queryset.filter(status=Status.RUNNING).count()
     sample = list(queryset.order_by("-pk").only("pk", "task", "queue", "status")[:CONFIRM_SAMPLE])
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Are you sure?",
-        "subtitle": None,
-        "opts": opts,
-        "app_label": opts.app_label,
-        "operation": op,
-        "count": count,
-        "running": running,
-        "sample": sample,
-        "more": max(count - len(sample), 0),
-        "select_across": select_across,
-        "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
-        "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "media": modeladmin.media,
-    }
-    request.current_app = modeladmin.admin_site.name
+    context = page_context(
+        modeladmin,
+        request,
+        "Are you sure?",
+        crumbs(modeladmin, None, (op.description, None)),
+        operation=op,
+        count=count,
+        running=running,
+        sample=sample,
+        more=max(count - len(sample), 0),
+        select_across=select_across,
+        selected=request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
+        action_checkbox_name=helpers.ACTION_CHECKBOX_NAME,
+    )
     return TemplateResponse(request, "admin/django_pgjobs/action_confirmation.html", context)
 
 

@@ -1,4 +1,7 @@
-"""Read-only admin pages and helpers: the queue overview and the changelist filters' value lists."""
+"""The queue overview page, and the changelist filters' value lists.
+
+The overview is read-only but for its Pause/Resume buttons, which post to :mod:`.queues`.
+"""
 
 from __future__ import annotations
 
@@ -13,10 +16,17 @@ from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import Now
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 
 from ..conf import get_settings
-from ..models import FINAL_STATUSES, Job, Status
+from ..fleet import live_workers
+from ..models import FINAL_STATUSES, Job, QueuePause, Status
+from ..queue_control import paused
+from ..throughput import throughput
+from .chart import render_chart
+from .pages import crumbs, page_context
+from .workers import QueueWorkers, workers_per_queue
 
 if TYPE_CHECKING:
     from . import JobAdmin
@@ -124,6 +134,8 @@ class QueueRow:
     finished_last_hour: int = 0
     failed_last_hour: int = 0
     lease_expired: int = 0  # running, lease expired: waiting for the sweeper
+    paused: QueuePause | None = None
+    workers: QueueWorkers = field(default_factory=QueueWorkers)
 
     @property
     def total(self) -> int:
@@ -180,23 +192,43 @@ def overview_rows(using: str) -> tuple[list[QueueRow], dict[str, int]]:
 
 
 def overview_view(modeladmin: JobAdmin, request: HttpRequest) -> TemplateResponse:
+    """Counts per queue, paused queues (also those without jobs) and the live workers of each
+    queue, the trends charts; Pause/Resume buttons for those who may operate."""
     from django.core.exceptions import PermissionDenied
 
     if not modeladmin.has_view_permission(request):
         raise PermissionDenied
-    opts = modeladmin.model._meta
-    rows, totals = overview_rows(get_settings().DATABASE)
-    context = {
-        **modeladmin.admin_site.each_context(request),
-        "title": "Job queue overview",
-        "subtitle": None,
-        "opts": opts,
-        "app_label": opts.app_label,
-        "rows": rows,
-        "totals": totals,
-        "statuses": [s.value for s in Status],
-        "now": timezone.now(),
-        "media": modeladmin.media,
-    }
-    request.current_app = modeladmin.admin_site.name
+    using = get_settings().DATABASE
+    rows, totals = overview_rows(using)
+    by_queue = {r.queue: r for r in rows}
+    pauses = paused(using)
+    live = list(live_workers(using).order_by("worker_id", "name"))
+    # A paused queue and a queue a worker names are rows even with no jobs: the former can be
+    # resumed from here, the latter shows who waits on it.
+    for queue in {p.queue for p in pauses} | {q for w in live for q in (w.queues or [])}:
+        if queue not in by_queue:
+            by_queue[queue] = QueueRow(queue=queue, counts={s.value: 0 for s in Status})
+    for p in pauses:
+        by_queue[p.queue].paused = p
+    per_queue = workers_per_queue(live, list(by_queue))
+    for queue, row in by_queue.items():
+        row.workers = per_queue[queue]
+    site = modeladmin.admin_site.name
+    context = page_context(
+        modeladmin,
+        request,
+        "Job queue overview",
+        crumbs(modeladmin, None, ("Overview", None)),
+        rows=[by_queue[q] for q in sorted(by_queue)],
+        totals=totals,
+        statuses=[s.value for s in Status],
+        now=timezone.now(),
+        live_workers=live,
+        can_operate=modeladmin.has_operate_permission(request),
+        pause_url=reverse(f"{site}:django_pgjobs_job_queue", args=["pause"]),
+        resume_url=reverse(f"{site}:django_pgjobs_job_queue", args=["resume"]),
+        workers_url=reverse(f"{site}:django_pgjobs_job_workers"),
+        chart_minutes=render_chart(throughput("minute", using), "minute", chart_id="pgjobs-chart-minute"),
+        chart_hours=render_chart(throughput("hour", using), "hour", chart_id="pgjobs-chart-hour"),
+    )
     return TemplateResponse(request, "admin/django_pgjobs/overview.html", context)

@@ -73,3 +73,11 @@ def action(
 
 def messages_of(response: Any) -> list[str]:
     return [str(m) for m in response.context["messages"]] if response.context else []
+
+
+@pytest.fixture
+def no_wakeups(settings: Any) -> None:
+    """Resuming a queue wakes its workers through the process's notifier thread, whose own
+    connection lingers a second after the last NOTIFY: at the end of the run it would keep the test
+    database from being dropped. The admin tests check the pause table, not the wake-up."""
+    settings.PGJOBS = {**getattr(settings, "PGJOBS", {}), "LISTEN": False}
