@@ -41,6 +41,7 @@ from ..models import DeadJob, Job, Status
 from . import actions
 from .bulk import FastCountPaginator
 from .forms import EDITABLE_FIELDS, MAX_JSON_DEPTH, TOO_DEEP, JobEditForm, deeper_than
+from .periodic import periodic_view
 from .queues import queue_control_view
 from .views import LeaseExpiredFilter, QueueFilter, TaskFilter, overview_view
 from .workers import workers_view
@@ -151,6 +152,9 @@ class JobAdmin(admin.ModelAdmin):
         "locked_by",
         "locked_at",
         "lease_display",
+        "cancel_requested_at",
+        "cancel_requested_by",
+        "snoozes",
         "started_at",
         "finished_at",
         "created_at",
@@ -280,9 +284,12 @@ class JobAdmin(admin.ModelAdmin):
         )
         sets: list[tuple[str | None, dict[str, Any]]] = [(None, {"fields": job_fields})]
         if obj is not None and obj.status == Status.RUNNING:
-            sets.append(
-                ("Lease / worker", {"fields": ("locked_by", "locked_at", "lease_display", "started_at")})
-            )
+            worker: tuple[Any, ...] = ("locked_by", "locked_at", "lease_display", "started_at")
+            if obj.cancel_requested_at is not None:  # asked to stop; its worker carries it out
+                worker += (("cancel_requested_at", "cancel_requested_by"),)
+            sets.append(("Lease / worker", {"fields": worker}))
+        if obj is not None and obj.snoozes:
+            sets.append(("Snoozes", {"fields": ("snoozes",)}))
         sets.append(
             (
                 "Outcome",
@@ -470,7 +477,8 @@ class JobAdmin(admin.ModelAdmin):
         eligible = {
             "retry_jobs": obj.status in (Status.DEAD, Status.CANCELLED),
             "run_jobs_now": obj.status == Status.SCHEDULED,
-            "cancel_jobs": obj.status in (Status.SCHEDULED, Status.READY),
+            "cancel_jobs": obj.status in (Status.SCHEDULED, Status.READY)
+            or (obj.status == Status.RUNNING and obj.cancel_requested_at is None),
         }
         name = f"{self.admin_site.name}:{self.opts.app_label}_{self.opts.model_name}_operate"
         return [
@@ -522,6 +530,7 @@ class JobAdmin(admin.ModelAdmin):
                 name=f"{prefix}_queue",
             ),
             path("workers/", wrap(lambda request: workers_view(self, request)), name=f"{prefix}_workers"),
+            path("periodic/", wrap(lambda request: periodic_view(self, request)), name=f"{prefix}_periodic"),
         ]
         return extra + self._operate_urls() + super().get_urls()
 

@@ -1,8 +1,9 @@
 """Admin actions: retry, cancel, run now, discard.
 
 Every action hands ids to a ``JobManager`` method (the one owner of state changes) in batches of
-``PGJOBS["BATCH_SIZE"]``. Running jobs are never touched: the manager's SQL refuses them, and the
-operator is told how many were skipped. "All N jobs matching the current filter" (select across)
+``PGJOBS["BATCH_SIZE"]``. Running jobs are never changed under their worker: the manager's SQL
+refuses them (Cancel only *asks* them to stop, which their worker carries out), and the operator is
+told how many were skipped or asked. "All N jobs matching the current filter" (select across)
 and discard always go through a confirmation page first.
 """
 
@@ -42,6 +43,10 @@ class Operation:
     log_flag: int
     always_confirm: bool
     call: Callable[[HttpRequest, list[int]], list[int]]
+    #: For an operation that acts on running jobs too (Cancel): what it did to them, and what a
+    #: running job it left alone was. None: running jobs are always skipped.
+    running_verb: str | None = None
+    running_skipped: str = "skipped: a worker holds them, so they were left alone"
 
 
 def _actor(request: HttpRequest) -> str:
@@ -63,11 +68,13 @@ OPERATIONS: dict[str, Operation] = {
         Operation(
             "cancel_jobs",
             "Cancelled",
-            "Cancel selected waiting jobs (ready or scheduled)",
-            "not waiting (ready or scheduled)",
+            "Cancel selected jobs (waiting: at once; running: asked to stop)",
+            "finished already",
             CHANGE,
             False,
             lambda request, ids: Job.objects.cancel(ids, by=_actor(request)),
+            running_verb="asked to stop (their workers end them as cancelled)",
+            running_skipped="already asked to stop, and left unchanged",
         ),
         Operation(
             "run_jobs_now",
@@ -99,14 +106,19 @@ def _plural(n: int, one: str, many: str) -> str:
 
 def report(modeladmin: JobAdmin, request: HttpRequest, op: Operation, outcome: BulkOutcome) -> None:
     """Tell the operator what happened, including what was refused and why."""
-    n = len(outcome.changed)
+    n = len(outcome.changed) - outcome.running_changed
     if n:
         modeladmin.message_user(request, f"{op.verb} {_plural(n, 'job', 'jobs')}.", messages.SUCCESS)
+    if outcome.running_changed:
+        modeladmin.message_user(
+            request,
+            f"{_plural(outcome.running_changed, 'running job was', 'running jobs were')} {op.running_verb}.",
+            messages.SUCCESS,
+        )
     if outcome.running:
         modeladmin.message_user(
             request,
-            f"{_plural(outcome.running, 'running job was', 'running jobs were')} skipped: "
-            "a worker holds them, so they were left alone.",
+            f"{_plural(outcome.running, 'running job was', 'running jobs were')} {op.running_skipped}.",
             messages.WARNING,
         )
     if outcome.other:
@@ -116,7 +128,7 @@ def report(modeladmin: JobAdmin, request: HttpRequest, op: Operation, outcome: B
             f"{'was' if outcome.other == 1 else 'were'} left unchanged.",
             messages.WARNING,
         )
-    if not (n or outcome.running or outcome.other):
+    if not (n or outcome.running or outcome.running_changed or outcome.other):
         modeladmin.message_user(request, "No jobs matched; nothing was changed.", messages.INFO)
 
 

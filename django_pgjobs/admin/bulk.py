@@ -51,6 +51,8 @@ class BulkOutcome:
     running: int = 0  # selected jobs skipped because a worker holds them
     other: int = 0  # selected jobs in a state the action does not apply to
     total: int = 0
+    #: Running jobs the operation did act on (Cancel asks them to stop); also in ``changed``.
+    running_changed: int = 0
 
 
 def run_in_batches(
@@ -60,11 +62,13 @@ def run_in_batches(
     outcome = BulkOutcome()
     for rows in id_batches(queryset, size):
         ids = [pk for pk, _ in rows]
-        running = sum(1 for _, status in rows if status == Status.RUNNING)
+        running_ids = {pk for pk, status in rows if status == Status.RUNNING}
         changed = operation(ids)
+        acted_on_running = len(running_ids.intersection(changed))
         outcome.total += len(ids)
-        outcome.running += running
-        outcome.other += len(ids) - len(changed) - running
+        outcome.running += len(running_ids) - acted_on_running
+        outcome.running_changed += acted_on_running
+        outcome.other += len(ids) - len(changed) - (len(running_ids) - acted_on_running)
         outcome.changed.extend(changed)
     # A job can turn running between our read and the manager's write: it counts as running then.
     outcome.other = max(outcome.other, 0)

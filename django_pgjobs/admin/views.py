@@ -228,6 +228,7 @@ def overview_view(modeladmin: JobAdmin, request: HttpRequest) -> TemplateRespons
         pause_url=reverse(f"{site}:django_pgjobs_job_queue", args=["pause"]),
         resume_url=reverse(f"{site}:django_pgjobs_job_queue", args=["resume"]),
         workers_url=reverse(f"{site}:django_pgjobs_job_workers"),
+        periodic_url=reverse(f"{site}:django_pgjobs_job_periodic"),
         chart_minutes=render_chart(throughput("minute", using), "minute", chart_id="pgjobs-chart-minute"),
         chart_hours=render_chart(throughput("hour", using), "hour", chart_id="pgjobs-chart-hour"),
     )

@@ -54,13 +54,30 @@ def test_retry_refuses_running_jobs_with_a_message(operator, client_for):
 def test_action_only_on_running_jobs_changes_nothing_and_logs_nothing(operator, client_for):
     running = JobFactory.create_batch(2, running=True)
     client = client_for(operator)
-    for name in ("retry_jobs", "cancel_jobs", "run_jobs_now"):
+    for name in ("retry_jobs", "run_jobs_now"):
         response = action(client, JOBS_URL, name, [j.pk for j in running])
         assert any("2 running jobs were skipped" in m for m in messages_of(response)), name
     response = action(client, JOBS_URL, "discard_jobs", [j.pk for j in running], confirm=True)
     assert any("2 running jobs were skipped" in m for m in messages_of(response))
     assert Job.objects.filter(status=Status.RUNNING).count() == 2
     assert not LogEntry.objects.exists()
+
+
+def test_cancel_asks_running_jobs_to_stop_once_and_logs_it(operator, client_for):
+    running = JobFactory.create_batch(2, running=True)
+    client = client_for(operator)
+    response = action(client, JOBS_URL, "cancel_jobs", [j.pk for j in running])
+    assert messages_of(response) == [
+        "2 running jobs were asked to stop (their workers end them as cancelled)."
+    ]
+    for job in running:
+        stored = Job.objects.get(pk=job.pk)
+        assert (stored.status, stored.cancel_requested_by) == ("running", "ops")
+        assert stored.cancel_requested_at is not None
+    assert LogEntry.objects.get().change_message.startswith("Cancelled 2 jobs:")
+    again = action(client, JOBS_URL, "cancel_jobs", [j.pk for j in running])
+    assert messages_of(again) == ["2 running jobs were already asked to stop, and left unchanged."]
+    assert LogEntry.objects.count() == 1
 
 
 def test_cancel_waiting_jobs_with_reason(operator, client_for):
@@ -71,7 +88,7 @@ def test_cancel_waiting_jobs_with_reason(operator, client_for):
     response = action(client, JOBS_URL, "cancel_jobs", [ready.pk, delayed.pk, done.pk])
     msgs = messages_of(response)
     assert "Cancelled 2 jobs." in msgs
-    assert "1 job was not waiting (ready or scheduled) and was left unchanged." in msgs
+    assert "1 job was finished already and was left unchanged." in msgs
     for job in (ready, delayed):
         job.refresh_from_db()
         assert job.status == Status.CANCELLED

@@ -102,14 +102,17 @@ def test_select_across_skips_running_jobs_and_counts_them(operator, client_for):
     running = JobFactory.create_batch(2, running=True, queue="q")
     client = client_for(operator)
     page = action(client, JOBS_URL, "cancel_jobs", [ready[0].pk], select_across=True, query="?queue=q")
-    assert "2 of them are running and will be skipped" in page.content.decode()
+    assert "2 of them are running and will be asked to stop" in page.content.decode()
     response = action(
         client, JOBS_URL, "cancel_jobs", [ready[0].pk], select_across=True, confirm=True, query="?queue=q"
     )
     msgs = messages_of(response)
     assert "Cancelled 3 jobs." in msgs
-    assert any(m.startswith("2 running jobs were skipped") for m in msgs)
+    assert "2 running jobs were asked to stop (their workers end them as cancelled)." in msgs
     assert all(Job.objects.get(pk=j.pk).status == Status.RUNNING for j in running)
+    assert all(Job.objects.get(pk=j.pk).cancel_requested_at for j in running)
+    page = action(client, JOBS_URL, "retry_jobs", [ready[0].pk], select_across=True, query="?queue=q")
+    assert "2 of them are running and will be skipped" in page.content.decode()
 
 
 def test_changelist_never_runs_a_full_count(operator, client_for, monkeypatch):

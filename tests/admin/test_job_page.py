@@ -250,7 +250,7 @@ def test_job_page_buttons_need_post_csrf_and_permission(operator, viewer, client
     assert not LogEntry.objects.exists()
 
 
-def test_cancel_button_refuses_a_job_that_started_running(operator, client_for):
+def test_cancel_button_asks_a_job_that_started_running_to_stop(operator, client_for):
     job = JobFactory()
     page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/").content.decode()
     assert [label for _, label in _buttons(page)] == ["Cancel"]
@@ -262,8 +262,13 @@ def test_cancel_button_refuses_a_job_that_started_running(operator, client_for):
         lease_expires_at=timezone.now() + dt.timedelta(minutes=1),
     )
     response = client_for(operator).post(f"{JOBS_URL}{job.pk}/operate/cancel_jobs/", follow=True)
-    assert any("running job was skipped" in m for m in messages_of(response))
-    assert Job.objects.get(pk=job.pk).status == "running"
+    assert any("running job was asked to stop" in m for m in messages_of(response))
+    stored = Job.objects.get(pk=job.pk)
+    assert stored.status == "running" and stored.cancel_requested_by == "ops"
+    # The page says so, and offers Cancel no more.
+    page = client_for(operator).get(f"{JOBS_URL}{job.pk}/change/").content.decode()
+    assert _buttons(page) == []
+    assert "cancel requested by" in page.lower()
 
 
 def test_a_stale_page_writes_back_only_what_the_operator_changed(operator, client_for):
