@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 
 import django
 import pytest
-from django.db import connection, connections
+from django.db import connections
 from django.utils import timezone
 
 from django_pgjobs.fleet import Registration, register
@@ -157,8 +157,7 @@ def seed_history() -> None:
 def seed_fleet() -> tuple[Job, WorkerProcess]:
     """A live worker registered by the registry's own statement, holding a job it claimed through
     the store; and a worker that stopped beating ten minutes ago."""
-    with connection.cursor() as cursor:
-        register(cursor, WORKER, live_seconds=600, in_flight=1)
+    register(Job.objects.store, WORKER, live_seconds=600, in_flight=1)
     (claim,) = Job.objects.claim(["billing"], WORKER.name, limit=1, lease=600)
     now = timezone.now()
     gone = WorkerProcess.objects.create(
