@@ -144,6 +144,7 @@ class JobHandler(Generic[P, R]):
         self.takes_context = takes_context
         self._options = options or EnqueueOptions()
         self._signature = inspect.signature(func)
+        self._is_async = inspect.iscoroutinefunction(func)
         if takes_context and not self._signature.parameters:
             raise TypeError(f"@job {self.name}: takes_context=True needs a first parameter")
         self.__wrapped__ = func
@@ -271,7 +272,7 @@ class JobHandler(Generic[P, R]):
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.func)
+        return self._is_async
 
 
 def _run_coroutine(

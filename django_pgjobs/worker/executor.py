@@ -174,7 +174,7 @@ class Executors:
 
 def _send(signal: Signal, entry: InFlight, **details: Any) -> None:
     """A worker signal, sent robustly: a receiver that raises is logged, the job goes on."""
-    if not signal.has_listeners(entry.handler):
+    if not signal.receivers or not signal.has_listeners(entry.handler):  # the first test is free
         return
     for receiver, response in signal.send_robust(entry.handler, **details):
         if isinstance(response, Exception):
