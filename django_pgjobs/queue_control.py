@@ -47,7 +47,7 @@ def pause(queue: str, *, by: str = "", using: str | None = None) -> bool:
     """Pause ``queue``; False when it was already paused (nothing changed)."""
     alias = using or get_settings().DATABASE
     with transaction.atomic(using=alias), connections[alias].cursor() as cursor:
-        cursor.execute(PAUSE, [_check(queue), str(by or '')[:200]])
+        cursor.execute(PAUSE, [_check(queue), str(by or "")[:200]])
         changed = bool(cursor.fetchall())
         if changed:
             notifier().wake_after_commit(alias, [QUEUES_CHANGED])
