@@ -24,13 +24,12 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.bench_queue import connect, recreate_database, server_url  # noqa: E402
+from benchmarks.bench_queue import connect, median_ms, recreate_database, server_url  # noqa: E402
 
 #: The naive series, as one would first write it: every finished job ever, grouped, no window.
 NAIVE = """
@@ -80,15 +79,6 @@ def load(cursor: object, n: int, *, shuffled: bool = False) -> None:
             {order}
             """
         )
-
-
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
 
 
 def measure(runs: int, label: str) -> list[tuple[str, float, float]]:

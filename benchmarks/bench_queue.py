@@ -825,6 +825,16 @@ def enqueue_child(mode: str, count: int) -> None:
         notifier().flush()
 
 
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    """Median wall time of ``runs`` calls of ``fn``, in milliseconds (the 1,000,000-job scripts)."""
+    times = []
+    for _ in range(runs):
+        started = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - started) * 1000)
+    return statistics.median(times)
+
+
 def percentile(samples: list[float], q: float) -> float:
     ordered = sorted(samples)
     if q >= 1.0:

@@ -122,15 +122,6 @@ def log(message: str) -> None:
     print(f"  .. {message}", file=sys.stderr, flush=True)
 
 
-def median_ms(fn: Callable[[], object], runs: int) -> float:
-    times = []
-    for _ in range(runs):
-        started = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
-
-
 def alternate(ours: Callable[[], object], base: Callable[[], object], runs: int) -> tuple[float, float]:
     """Medians of ours and the baseline, run in turn (each goes first every other round), so both see
     the same cache state and the same neighbours' noise."""
