@@ -14,6 +14,9 @@ millisecond or two), later ones within the window are folded into one notificati
 busy worker does not need them (it claims again as soon as a slot frees), and one NOTIFY per enqueue
 doubled the transactions the server ran for a stream of single enqueues.
 
+The store does not even ask for a wake-up when the queue has a backlog (``store.BACKLOG_SECONDS``):
+its workers are busy and claim again as soon as a slot frees.
+
 A lost notification (this process dies before sending, the connection drops) only delays a job by
 the workers' poll interval: polling is always on as the backstop. With ``PGJOBS["LISTEN"] = False``
 nothing is sent at all.

@@ -521,3 +521,24 @@ def test_a_stream_of_wake_ups_for_one_queue_is_coalesced_and_the_last_is_never_l
     assert 1 <= len(stream) <= 5, got
     assert got[-1] == "marker"
     assert n.sent - sent_before <= 6
+
+
+@pytest.mark.django_db(transaction=True)
+def test_no_wake_up_into_a_backlog_but_always_for_a_quiet_queue(pg_connect):
+    """A queue whose oldest ready job has waited BACKLOG_SECONDS has busy (or no) workers: more
+    notifications would only cost transactions. A quiet queue's first job still wakes at once."""
+    from django_pgjobs.models import Job as JobModel
+    from django_pgjobs.store import BACKLOG_SECONDS
+
+    listener = _listen(pg_connect)
+    Job.objects.enqueue("tests.noop", queue="busy")  # a quiet queue: woken
+    assert _notifications(listener, 1) == [(CHANNEL, "busy")]
+    # The job has been waiting longer than the backlog threshold (as on a saturated queue).
+    from tests.factories import force_update
+
+    (waiting,) = JobModel.objects.filter(queue="busy")
+    force_update(waiting.pk, run_at=timezone.now() - dt.timedelta(seconds=BACKLOG_SECONDS * 20))
+    Job.objects.enqueue("tests.noop", queue="busy")  # into the backlog: no wake-up
+    Job.objects.enqueue("tests.noop", queue="fresh")  # another queue, quiet: woken
+    _marker()
+    assert _notifications(listener, 2) == [(CHANNEL, "fresh"), (CHANNEL, "marker")]
