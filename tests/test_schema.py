@@ -259,12 +259,15 @@ def test_heartbeats_are_hot_updates_that_write_no_index_entry(report):
         f"heartbeat HOT ratio: first beat {first:.2f}, {beats} beats {hot_beats}/{all_beats} = {ratio:.3f}"
     )
     assert updates_after - updates == beats * 100
-    # The invariant: after the first beat no index entry at all for 1,900 extensions. The HOT share
-    # also needs the page's old versions pruned, which a snapshot held by any session of this
-    # database (a busy machine's other test, a leaked transaction) postpones: 0.997 alone, 0.92 with
-    # a second suite running beside this one.
-    assert _index_entries() == entries
-    assert ratio >= 0.8
+    # The first beat finds room on its pages (fillfactor 50): HOT whatever else runs. Later beats
+    # need the previous versions pruned first, and PostgreSQL 15 prunes a page only past the oldest
+    # snapshot of the whole cluster (even one in another database): alone they are HOT (0.997 in
+    # all), beside a second test suite 0.55-0.96. Either way only the updates that were not HOT add
+    # index entries; a schema with the lease in an index would be at 0 from the first beat.
+    assert first >= 0.8
+    non_hot = (updates_after - first_updates) - (hot_after - first_hot)
+    grown = {name: n - entries[name] for name, n in _index_entries().items()}
+    assert all(delta <= non_hot for delta in grown.values()), (grown, non_hot)
 
 
 def test_a_claim_and_a_completion_write_at_most_four_index_entries(report):
