@@ -1,7 +1,7 @@
 """What every custom admin page of ours shares: the admin's context and version-right breadcrumbs.
 
-Django 5.2 renders breadcrumbs as ``<div class="breadcrumbs">`` with ``&rsaquo;`` between links;
-Django 6.0 made them an ordered list (``<ol class="breadcrumbs">``, one ``<li>`` each, the current
+Django 5.2 and 6.0 render breadcrumbs as ``<div class="breadcrumbs">`` with ``&rsaquo;`` between links;
+Django 6.1 made them an ordered list (``<ol class="breadcrumbs">``, one ``<li>`` each, the current
 page ``aria-current="page"``) styled by a CSS that no longer knows the ``div``. A page that
 overrides ``{% block breadcrumbs %}`` must write the markup of the running version, as each
 version's own templates do: ``breadcrumbs.html`` renders :func:`crumbs` either way.
@@ -19,8 +19,8 @@ from django.urls import reverse
 if TYPE_CHECKING:
     from . import JobAdmin
 
-#: Django >= 6.0 writes breadcrumbs as ``<ol class="breadcrumbs">``.
-BREADCRUMBS_AS_LIST = django.VERSION >= (6, 0)
+#: Django >= 6.1 writes breadcrumbs (6.0 still writes the div) as ``<ol class="breadcrumbs">``.
+BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
 
 
 def crumbs(
