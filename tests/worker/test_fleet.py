@@ -94,9 +94,14 @@ def test_pause_stops_claims_within_2_seconds_and_resume_restarts_them(workers):
 def test_a_worker_of_named_queues_obeys_a_pause_and_running_jobs_finish(workers, tmp_path):
     go = tmp_path / "go"
     running = jobs.ignores_cancel.using(queue="mail").enqueue(str(go))
-    workers("-q", "mail", "--poll-interval", "0.2", env=worker_env(**FAST))
+    # Two slots: with one busy the worker still claims (and so re-reads the paused queues).
+    worker = workers("-q", "mail", "-c", "2", "--poll-interval", "0.2", env=worker_env(**FAST))
     wait_for(lambda: any(j == running.id for _, j, _, _ in executions("ignores-start")), 30)
     queue_control.pause("mail")
+    # "Within about a second": a claim a few milliseconds after the pause may still have been on its
+    # way (the notification is sent after commit, by another thread). Wait until the worker says it
+    # saw the pause; from then on nothing of the queue is claimed.
+    worker.wait_for_log("paused queues: mail", timeout=5)
     waiting = jobs.echo.using(queue="mail").enqueue("waits")
     go.write_text("finish")
     wait_for(lambda: Job.objects.get(pk=running.id).status == "done", 20, "the running job to finish")
