@@ -123,7 +123,7 @@ class Worker:
             wake=self._wake,
             sweep=self._sweep,
             progress=self._progress,
-            ticker=Ticker(schedules()) if self.options.periodic and not self.options.burst else None,
+            ticker=self._ticker(),
         )
         self.listener = Listener(
             connection("listen", 30.0),
@@ -135,6 +135,14 @@ class Worker:
             on_cancel=self.heartbeat.now.set,
             on_queues_changed=self.claims.queues_changed,
         )
+
+    def _ticker(self) -> Ticker | None:
+        """The periodic jobs' ticker, only when there are schedules to tick: without one the claim
+        loop keeps its poll interval (a ticker wakes it every second)."""
+        if not self.options.periodic or self.options.burst:
+            return None
+        found = schedules()
+        return Ticker(found) if found else None
 
     # -- public -----------------------------------------------------------------------------------
     def run(self, install_signal_handlers: bool = True) -> int:
