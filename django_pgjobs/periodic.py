@@ -131,8 +131,16 @@ class Schedule:
         # skip what is after now.
         for tick in CronSim(self.cron or "", (now + dt.timedelta(minutes=1)).astimezone(zone), reverse=True):
             if tick.astimezone(UTC) <= now:
-                return tick.astimezone(UTC)
-        raise AssertionError("unreachable")  # pragma: no cover
+                latest = tick.astimezone(UTC)
+                break
+        else:  # pragma: no cover
+            raise AssertionError("unreachable")
+        # The reverse search walks wall-clock time: in the repeated autumn hour (01:10 GMT, after
+        # 01:30 BST already ran) it goes back to yesterday's 01:30. Step forward through the ticks
+        # next_tick() (the ticker's own order, in UTC) gives while they are still due.
+        while (following := self.next_tick(latest)) <= now:
+            latest = following
+        return latest
 
     def next_tick(self, now: dt.datetime) -> dt.datetime:
         """The first scheduled time after ``now``."""

@@ -65,6 +65,73 @@ def test_cron_latest_tick_at_and_between_ticks():
     assert s.describe() == "cron '0 0 * * *'"
 
 
+#: Daylight-saving changes, as UTC instants: spring gaps and autumn repeats, north and south, a
+#: 30-minute shift (Lord Howe).
+DST_CHANGES = [
+    ("Europe/London", "2025-03-30T01:00:00+00:00"),
+    ("Europe/London", "2025-10-26T01:00:00+00:00"),
+    ("Europe/Paris", "2025-03-30T01:00:00+00:00"),
+    ("Europe/Paris", "2025-10-26T01:00:00+00:00"),
+    ("America/New_York", "2025-03-09T07:00:00+00:00"),
+    ("America/New_York", "2025-11-02T06:00:00+00:00"),
+    ("Australia/Sydney", "2025-04-05T16:00:00+00:00"),
+    ("Australia/Sydney", "2025-10-04T16:00:00+00:00"),
+    ("Australia/Lord_Howe", "2025-04-05T15:00:00+00:00"),
+    ("Australia/Lord_Howe", "2025-10-04T15:30:00+00:00"),
+]
+CRONS = ["30 1 * * *", "30 2 * * *", "15,45 1-3 * * *", "*/20 * * * *", "0 3 * * *"]
+
+
+def forward_ticks(schedule: Schedule, start: dt.datetime, end: dt.datetime) -> list[dt.datetime]:
+    """Every tick in (start, end], by next_tick() alone: the order the ticker enqueues them in."""
+    ticks, tick = [], schedule.next_tick(start)
+    while tick <= end:
+        ticks.append(tick)
+        tick = schedule.next_tick(tick)
+    return ticks
+
+
+def check_latest_against_forward(schedule: Schedule, change: dt.datetime) -> int:
+    start, end = change - dt.timedelta(days=2), change + dt.timedelta(hours=5)
+    ticks = forward_ticks(schedule, start, end)
+    assert ticks == sorted(set(ticks))
+    moments = [change + dt.timedelta(minutes=m) for m in range(-240, 300, 5)]
+    for tick in ticks:
+        if tick >= change - dt.timedelta(hours=4):
+            moments += [tick - dt.timedelta(microseconds=1), tick, tick + dt.timedelta(minutes=1)]
+    for now in (m for m in moments if m <= end):
+        expected = max(t for t in ticks if t <= now)
+        got = schedule.latest_tick(now)
+        assert got == expected, f"{schedule.describe()} at {now.isoformat()}: {got} != {expected}"
+        assert schedule.next_tick(got) > now
+    return len(moments)
+
+
+@pytest.mark.parametrize(("zone", "change"), DST_CHANGES)
+def test_cron_latest_tick_agrees_with_forward_iteration_around_dst_changes(zone, change):
+    for cron in CRONS:
+        check_latest_against_forward(Schedule.build("t", cron=cron, timezone=zone), at(change))
+
+
+@pytest.mark.parametrize("every", [60, 900, 3600, 5400, 86400])
+def test_every_latest_tick_agrees_with_forward_iteration_around_dst_changes(every):
+    for _zone, change in DST_CHANGES[:2]:
+        check_latest_against_forward(Schedule.build("t", every=every), at(change))
+
+
+@pytest.mark.parametrize(
+    ("zone", "cron", "now", "latest"),
+    [
+        # The repeated hour: 01:30 BST (00:30 UTC) ran; it is now 01:10 GMT, wall time before 01:30.
+        ("Europe/London", "30 1 * * *", "2025-10-26T01:10:00+00:00", "2025-10-26T00:30:00+00:00"),
+        ("Europe/Paris", "30 2 * * *", "2025-10-26T01:00:00+00:00", "2025-10-26T00:30:00+00:00"),
+        ("Europe/Paris", "30 2 * * *", "2025-10-26T01:29:59+00:00", "2025-10-26T00:30:00+00:00"),
+    ],
+)
+def test_latest_tick_in_the_repeated_autumn_hour_is_today(zone, cron, now, latest):
+    assert Schedule.build("t", cron=cron, timezone=zone).latest_tick(at(now)) == at(latest)
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -150,3 +217,18 @@ def test_skip_waits_for_the_next_tick():
     ticker = Ticker([schedule])
     assert ticker.tick(Job.objects.store) == 0
     assert not Job.objects.filter(task="tests.tick").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_starting_in_the_repeated_hour_enqueues_todays_missed_tick():
+    # Downtime over 01:30 BST (00:30 UTC); the worker starts at 01:10 GMT. It used to re-enqueue
+    # yesterday's tick (a no-op) and wait for tomorrow's: today's run was lost.
+    schedule = Schedule.build("tests.tick", cron="30 1 * * *", timezone="Europe/London", name="london")
+    ticker = Ticker([schedule])
+    now = at("2025-10-26T01:10:00+00:00")
+    ticker.db_now = lambda store: now  # type: ignore[method-assign]  # the clock, not the database
+    assert ticker.tick(Job.objects.store) == 1
+    (only,) = Job.objects.filter(task="tests.tick")
+    assert only.run_at == at("2025-10-26T00:30:00+00:00")
+    assert only.idempotency_key == "pgjobs:periodic:london:2025-10-26T00:30:00+00:00"
+    assert ticker._next["london"] == at("2025-10-27T01:30:00+00:00")
