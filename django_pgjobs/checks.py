@@ -114,6 +114,27 @@ def check_pgjobs(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             )
         )
 
+    # A negative limit sliced the traceback from the wrong end (and 0 used to keep it whole).
+    if s.TRACEBACK_LIMIT < 0:
+        messages.append(
+            Error(
+                f"PGJOBS TRACEBACK_LIMIT ({s.TRACEBACK_LIMIT}) must be >= 0",
+                hint="Characters of each traceback kept in a job's history; 0 keeps none.",
+                id="django_pgjobs.E011",
+            )
+        )
+    # A negative age makes every finished job "older than" it: the next sweep would prune them all.
+    for name in ("RETENTION_DONE_SECONDS", "RETENTION_DEAD_SECONDS"):
+        value = getattr(s, name)
+        if value is not None and value < 0:
+            messages.append(
+                Error(
+                    f"PGJOBS {name} ({value}) must be >= 0 or None",
+                    hint="An age in seconds after which finished jobs are pruned; None keeps them.",
+                    id="django_pgjobs.E012",
+                )
+            )
+
     if s.DATABASE != "default" and s.DATABASE in settings.DATABASES:
         messages.append(
             Warning(

@@ -67,11 +67,41 @@ def test_database_alias_must_exist():
         ({"DEFAULT_MAX_ATTEMPTS": 0}, ["django_pgjobs.E006"]),
         ({"BATCH_SIZE": 0}, ["django_pgjobs.E006"]),
         ({"HISTORY_LIMIT": 0}, ["django_pgjobs.E006"]),
+        ({"TRACEBACK_LIMIT": -1}, ["django_pgjobs.E011"]),
+        ({"RETENTION_DONE_SECONDS": -1}, ["django_pgjobs.E012"]),
+        ({"RETENTION_DEAD_SECONDS": -0.5}, ["django_pgjobs.E012"]),
+        (
+            {"RETENTION_DONE_SECONDS": -3600, "RETENTION_DEAD_SECONDS": -1},
+            ["django_pgjobs.E012", "django_pgjobs.E012"],
+        ),
     ],
 )
 def test_other_bad_values(pgjobs, expected):
     with override_settings(PGJOBS=pgjobs):
         assert ids(check_pgjobs()) == expected
+
+
+@pytest.mark.parametrize(
+    "pgjobs",
+    [
+        {"TRACEBACK_LIMIT": 0},
+        {"RETENTION_DONE_SECONDS": 0, "RETENTION_DEAD_SECONDS": 0},
+        {"RETENTION_DONE_SECONDS": None, "RETENTION_DEAD_SECONDS": 86400},
+    ],
+)
+def test_limits_at_the_edge_of_their_range_are_fine(pgjobs):
+    with override_settings(PGJOBS=pgjobs):
+        assert check_pgjobs() == []
+
+
+def test_the_new_check_messages_name_the_setting_and_value():
+    with override_settings(PGJOBS={"TRACEBACK_LIMIT": -5, "RETENTION_DEAD_SECONDS": -1}):
+        messages = check_pgjobs()
+    assert [m.msg for m in messages] == [
+        "PGJOBS TRACEBACK_LIMIT (-5) must be >= 0",
+        "PGJOBS RETENTION_DEAD_SECONDS (-1) must be >= 0 or None",
+    ]
+    assert all(m.is_serious() for m in messages)
 
 
 @pytest.fixture

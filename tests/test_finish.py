@@ -200,6 +200,21 @@ def test_fail_keeps_the_end_of_a_long_traceback():
     assert stored_tb == "...(truncated)...\n" + traceback[-100:]
 
 
+@override_settings(PGJOBS={"TRACEBACK_LIMIT": 0})
+def test_a_traceback_limit_of_zero_keeps_no_traceback():
+    # traceback[-0:] is the whole string: a limit of 0 used to keep every character.
+    job = running()
+    fail(job, traceback="Traceback (most recent call last):\n" + "frame\n" * 1000)
+    assert Job.objects.get(pk=job.pk).history[-1]["traceback"] == "...(truncated)...\n"
+
+
+@override_settings(PGJOBS={"TRACEBACK_LIMIT": 1})
+def test_a_traceback_limit_of_one_keeps_the_last_character():
+    job = running()
+    fail(job, traceback="Traceback\nValueError!")
+    assert Job.objects.get(pk=job.pk).history[-1]["traceback"] == "...(truncated)...\n!"
+
+
 @override_settings(PGJOBS={"TRACEBACK_LIMIT": 100})
 def test_fail_keeps_a_traceback_at_the_limit_whole():
     job = running()
