@@ -16,8 +16,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from django_pgjobs import queue_control
-from django_pgjobs.conf import get_settings
 from django_pgjobs.management.commands.jobstats import table
+from django_pgjobs.management.database import database_alias
 from django_pgjobs.stats import snapshot
 
 
@@ -45,7 +45,7 @@ class Command(BaseCommand):
         listing.add_argument("--json", action="store_true", help="One JSON object.")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or get_settings().DATABASE
+        using = database_alias(options["database"])
         action = options["action"]
         if action == "list":
             self.list(using, as_json=options["json"])

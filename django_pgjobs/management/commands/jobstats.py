@@ -17,7 +17,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, InterfaceError, connections
 
-from django_pgjobs.conf import get_settings
+from django_pgjobs.management.database import database_alias
 from django_pgjobs.models import Status, WorkerProcess
 from django_pgjobs.stats import Snapshot, snapshot
 
@@ -211,7 +211,7 @@ class Command(BaseCommand):
         parser.add_argument("--database", default=None, help="Database alias (default: PGJOBS DATABASE).")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        using = options["database"] or get_settings().DATABASE
+        using = database_alias(options["database"])
         interval = options["watch"]
         if interval is not None and not interval > 0:
             raise CommandError("--watch SECONDS must be > 0")

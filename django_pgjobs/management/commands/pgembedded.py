@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DEFAULT_DB_ALIAS, connections
 
+from django_pgjobs.management.database import database_alias
+
 if TYPE_CHECKING:
     from django_pgjobs.embedded.server import ServerInfo
 
@@ -32,11 +34,7 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         from django_pgjobs.embedded import ENGINE, server
 
-        alias = options["database"]
-        if alias not in connections.settings:
-            raise CommandError(
-                f"no database {alias!r} in DATABASES (known: {', '.join(connections.settings)})"
-            )
+        alias = database_alias(options["database"])
         settings_dict = connections.settings[alias]
         if settings_dict.get("ENGINE") != ENGINE:
             raise CommandError(

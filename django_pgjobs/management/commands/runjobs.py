@@ -8,6 +8,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from django_pgjobs.management.database import database_alias
 from django_pgjobs.worker import Worker, WorkerOptions, default_worker_id, exit_process
 
 
@@ -62,6 +63,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        database_alias()  # PGJOBS["DATABASE"] exists (also without the system checks)
         if options["processes"] < 1:
             raise CommandError("--processes must be >= 1")
         base_id = options["worker_id"]

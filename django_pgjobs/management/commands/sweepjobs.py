@@ -19,6 +19,7 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from django_pgjobs.conf import get_settings
 from django_pgjobs.management.commands.runjobs import configure_logging
+from django_pgjobs.management.database import database_alias
 from django_pgjobs.sweeper import run_sweep
 
 logger = logging.getLogger("django_pgjobs")
@@ -51,6 +52,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         configure_logging(options["verbosity"])
+        alias = database_alias()  # PGJOBS["DATABASE"] exists (also without the system checks)
         s = get_settings()
         interval = s.SWEEP_INTERVAL_SECONDS if options["interval"] is None else options["interval"]
         if not interval > 0:
@@ -93,7 +95,7 @@ class Command(BaseCommand):
                 # A restart or a cut connection: drop it; the next pass reconnects.
                 failures += 1
                 logger.warning("database error during sweep (%s); retrying", str(exc).strip()[:200])
-                connections[get_settings().DATABASE].close()
+                connections[alias].close()
                 stop.wait(min(interval, 0.1 * 2 ** min(failures, 6)))
                 continue
             stop.wait(max(0.0, interval - (time.monotonic() - started)))
