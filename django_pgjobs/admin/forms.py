@@ -9,12 +9,14 @@ stale value would be written back over it.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 from typing import Any
 
 from django import forms
 from django.contrib.admin.widgets import AdminSplitDateTime
 from django.core.exceptions import ValidationError
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from ..exceptions import InvalidJob
@@ -90,6 +92,25 @@ class RunAtField(forms.SplitDateTimeField):
     """
 
     hidden_widget = forms.HiddenInput
+
+    def compress(self, data_list: Any) -> Any:
+        """The entered date and time, aware. With ``USE_TZ = False`` Django leaves them naive, and
+        ``Job.objects.edit`` refuses a naive run_at (as enqueue does, with a message for code): the
+        operator means the wall time of the current time zone (``TIME_ZONE``), as Django's own
+        ``from_current_timezone`` does with ``USE_TZ = True``, refusing a time that zone skips or
+        repeats."""
+        value = super().compress(data_list)
+        if isinstance(value, dt.datetime) and timezone.is_naive(value):
+            zone = timezone.get_current_timezone()
+            if zone.utcoffset(value) != zone.utcoffset(value.replace(fold=1 - value.fold)):
+                raise ValidationError(
+                    "%(datetime)s couldn't be interpreted in time zone %(current_timezone)s; it may be "
+                    "ambiguous or it may not exist.",
+                    code="ambiguous_timezone",
+                    params={"datetime": value, "current_timezone": zone},
+                )
+            value = timezone.make_aware(value, zone)
+        return value
 
     def to_python(self, value: Any) -> Any:
         # Used only for the hidden initial value (MultiValueField.clean never calls to_python).

@@ -7,10 +7,12 @@ import json
 import re
 from html.parser import HTMLParser
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.admin.models import LogEntry
 from django.db import connection
+from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -153,6 +155,38 @@ def test_edit_validation(operator, client_for, changes, error):
         job.max_attempts,
         job.payload,
     )
+    assert not LogEntry.objects.exists()
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Europe/Paris"])
+def test_edit_of_run_at_with_use_tz_false_is_wall_time_in_the_current_timezone(operator, client_for, zone):
+    # With USE_TZ = False the form gave a naive run_at, and Job.objects.edit refused it with a
+    # message for code ("pass an aware datetime"): operators could never change run_at.
+    job = JobFactory(delayed=True)
+    client = client_for(operator)
+    with override_settings(USE_TZ=False, TIME_ZONE=zone):
+        page = client.get(f"{JOBS_URL}{job.pk}/change/")
+        data = form_data(page, run_at_0="2030-06-01", run_at_1="12:00:00", priority="3")
+        response = client.post(f"{JOBS_URL}{job.pk}/change/", data, follow=True)
+        messages = messages_of(response)
+    assert any("was changed successfully" in m for m in messages), messages
+    assert not any("aware" in m for m in messages)
+    job.refresh_from_db()
+    assert job.run_at == dt.datetime(2030, 6, 1, 12, tzinfo=ZoneInfo(zone))
+    assert job.priority == 3
+    assert LogEntry.objects.get().get_change_message() == "Changed Priority and Run at."
+
+
+def test_edit_of_run_at_with_use_tz_false_refuses_a_time_the_clocks_skip(operator, client_for):
+    job = JobFactory(delayed=True)
+    client = client_for(operator)
+    with override_settings(USE_TZ=False, TIME_ZONE="Europe/Paris"):
+        page = client.get(f"{JOBS_URL}{job.pk}/change/")
+        data = form_data(page, run_at_0="2030-03-31", run_at_1="02:30:00")  # 02:00 -> 03:00 CEST
+        response = client.post(f"{JOBS_URL}{job.pk}/change/", data)
+    assert response.status_code == 200  # the form again, with the error
+    assert "it may be ambiguous or it may not exist" in response.content.decode()
+    assert Job.objects.get(pk=job.pk).run_at == job.run_at
     assert not LogEntry.objects.exists()
 
 
