@@ -27,13 +27,12 @@ from .store import (
 )
 from .validation import (
     MAX_INT,
-    MAX_QUEUE_LENGTH,
     SMALLINT,
     NewJob,
     integer,
+    queue_name,
     schedule,
     serialised_payload,
-    text,
 )
 
 if TYPE_CHECKING:
@@ -238,5 +237,5 @@ class JobManager(models.Manager.from_queryset(JobQuerySet)):  # type: ignore[mis
         if max_attempts is not None:
             changes["max_attempts"] = integer(max_attempts, "max_attempts", 1, MAX_INT)
         if queue is not None:
-            changes["queue"] = text(queue, "queue name", MAX_QUEUE_LENGTH)
+            changes["queue"] = queue_name(queue)
         return self.store.edit(job_id, changes)

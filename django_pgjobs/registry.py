@@ -18,6 +18,7 @@ from .exceptions import DuplicateTaskName, InvalidJob, JobCancelled, UnknownTask
 from .payloads import check_arguments
 from .periodic import InvalidSchedule, Schedule
 from .retry import BackoffPolicy, ExponentialBackoff, default_backoff
+from .validation import queue_name
 
 if TYPE_CHECKING:
     from .models import Job
@@ -132,6 +133,11 @@ class JobHandler(Generic[P, R]):
     ) -> None:
         self.func = func
         self.name = name or f"{func.__module__}.{func.__qualname__}"
+        if queue is not None:
+            try:
+                queue_name(queue)
+            except InvalidJob as exc:
+                raise InvalidJob(f"@job {self.name}: {exc}") from None
         self.queue = queue
         self.priority = priority
         self.max_attempts = max_attempts

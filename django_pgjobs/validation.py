@@ -24,6 +24,10 @@ SMALLINT = (-32768, 32767)
 MAX_INT = 2**31 - 1
 #: Longest delay accepted; beyond it timestamps overflow in PostgreSQL.
 MAX_DELAY_SECONDS = 100 * 365.25 * 24 * 3600
+#: Queue names may not start with this: the NOTIFY channel's payload is the queue name, and
+#: ``pgjobs:cancel`` and ``pgjobs:queues`` are the workers' control messages, so a queue named like
+#: one would never be woken by its enqueues (the listener takes the notification for the control).
+RESERVED_QUEUE_PREFIX = "pgjobs:"
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,18 @@ def text(value: Any, what: str, limit: int) -> str:
     if "\x00" in value:
         raise InvalidJob(f"{what} may not contain NUL characters")
     return value
+
+
+def queue_name(value: Any) -> str:
+    """A queue name: 1-``MAX_QUEUE_LENGTH`` characters, no NUL, not in the reserved ``pgjobs:``
+    namespace (see :data:`RESERVED_QUEUE_PREFIX`)."""
+    name = text(value, "queue name", MAX_QUEUE_LENGTH)
+    if name.startswith(RESERVED_QUEUE_PREFIX):
+        raise InvalidJob(
+            f"queue name {name!r} is reserved: names starting with {RESERVED_QUEUE_PREFIX!r} are the "
+            "workers' control messages on the NOTIFY channel; choose another name"
+        )
+    return name
 
 
 def integer(value: Any, what: str, low: int, high: int) -> int:
@@ -107,7 +123,7 @@ def job_parameters(new: NewJob, *, checked: bool = False) -> dict[str, Any]:
     s = get_settings()
     task = text(new.task, "task name", MAX_TASK_LENGTH)
     try:
-        queue = text(s.DEFAULT_QUEUE if new.queue is None else new.queue, "queue name", MAX_QUEUE_LENGTH)
+        queue = queue_name(s.DEFAULT_QUEUE if new.queue is None else new.queue)
         priority = integer(
             s.DEFAULT_PRIORITY if new.priority is None else new.priority, "priority", *SMALLINT
         )

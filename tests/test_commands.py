@@ -43,3 +43,11 @@ def test_the_default_alias_still_works():
     out = io.StringIO()
     call_command("jobstats", "--database", "default", stdout=out)
     assert "(no queues" in out.getvalue()
+
+
+@pytest.mark.parametrize("queue", ["pgjobs:cancel", "pgjobs:queues", "pgjobs:queues:2"])
+def test_runjobs_refuses_a_queue_in_the_reserved_namespace(queue):
+    # --max-jobs 0 is refused too, after the queues: code that accepted the name fails on that
+    # instead of starting a worker (whose exit would end the test process).
+    with pytest.raises(CommandError, match=r"queue name 'pgjobs:(cancel|queues)' is reserved"):
+        call_command("runjobs", "-q", "mail", "-q", queue, "--burst", "--max-jobs", "0", stdout=io.StringIO())

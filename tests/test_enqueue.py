@@ -382,6 +382,9 @@ NAIVE = dt.datetime(2030, 1, 1, 12, 0)
         ({"queue": "q" * 101}, "queue name is 101 characters long; the limit is 100"),
         ({"queue": "a\x00b"}, "NUL"),
         ({"queue": 5}, "queue name must be a non-empty string"),
+        ({"queue": "pgjobs:cancel"}, "job 'tests.noop': queue name 'pgjobs:cancel' is reserved"),
+        ({"queue": "pgjobs:queues"}, "job 'tests.noop': queue name 'pgjobs:queues' is reserved"),
+        ({"queue": "pgjobs:mine"}, "names starting with 'pgjobs:' are the workers' control messages"),
         ({"max_attempts": 0}, "max_attempts must be between 1"),
         ({"max_attempts": -3}, "max_attempts must be between 1"),
         ({"max_attempts": 2**31}, "max_attempts must be between 1"),
@@ -545,3 +548,30 @@ def test_no_wake_up_into_a_backlog_but_always_for_a_quiet_queue(pg_connect):
     Job.objects.enqueue("tests.noop", queue="fresh")  # another queue, quiet: woken
     _marker()
     assert _notifications(listener, 2) == [(CHANNEL, "fresh"), (CHANNEL, "marker")]
+
+
+def test_the_control_payloads_are_in_the_reserved_queue_namespace():
+    # What the reservation protects: a queue named like one would be taken for the control message.
+    from django_pgjobs.queue_control import QUEUES_CHANGED
+    from django_pgjobs.store import CANCEL_REQUESTED
+    from django_pgjobs.validation import RESERVED_QUEUE_PREFIX
+
+    assert CANCEL_REQUESTED.startswith(RESERVED_QUEUE_PREFIX)
+    assert QUEUES_CHANGED.startswith(RESERVED_QUEUE_PREFIX)
+
+
+@pytest.mark.parametrize("queue", ["pgjobs:cancel", "pgjobs:queues"])
+def test_a_handler_enqueue_into_a_reserved_queue_names_the_job_and_the_queue(queue):
+    from tests.testapp.jobs import noop
+
+    with pytest.raises(InvalidJob, match=f"job 'tests.noop': queue name '{queue}' is reserved"):
+        noop.using(queue=queue).enqueue()
+    with pytest.raises(InvalidJob, match=f"queue name '{queue}' is reserved"):
+        Job.objects.enqueue_many([NewJob("tests.noop", queue="mail"), NewJob("tests.noop", queue=queue)])
+    assert job_count() == 0
+
+
+def test_names_that_merely_contain_pgjobs_are_fine():
+    for queue in ("pgjobs", "my-pgjobs:cancel", "PGJOBS:cancel", "pgjobs-mail"):
+        Job.objects.enqueue("tests.noop", queue=queue)
+    assert job_count() == 4

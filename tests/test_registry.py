@@ -110,6 +110,12 @@ def test_custom_backoff_callable_is_used_as_is():
         ({"backoff": {"base": 0.5}}, ValueError, "base must be >= 1"),
         ({"lease": 0}, ValueError, "lease must be a positive number"),
         ({"timeout": -1}, ValueError, "timeout must be a positive number"),
+        (
+            {"queue": "pgjobs:cancel"},
+            InvalidJob,
+            "@job tests.registry.bad: queue name 'pgjobs:cancel' is reserved",
+        ),
+        ({"queue": "pgjobs:queues"}, InvalidJob, "queue name 'pgjobs:queues' is reserved"),
     ],
 )
 def test_bad_decorator_options_fail_at_import_time(options, error, message):

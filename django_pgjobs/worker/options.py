@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..validation import MAX_QUEUE_LENGTH
+from ..validation import MAX_QUEUE_LENGTH, RESERVED_QUEUE_PREFIX
 
 
 @dataclass(frozen=True)
@@ -21,6 +21,11 @@ class QueueSpec:
         name, limit = (head, int(tail)) if sep and tail.isdigit() else (text, None)
         if not name.strip() or len(name) > MAX_QUEUE_LENGTH or "\x00" in name:
             raise ValueError(f"queue name {name!r} must be 1-{MAX_QUEUE_LENGTH} characters, without NUL")
+        if name.startswith(RESERVED_QUEUE_PREFIX):
+            raise ValueError(
+                f"queue name {name!r} is reserved: names starting with {RESERVED_QUEUE_PREFIX!r} are the "
+                "workers' control messages on the NOTIFY channel, no queue can have one"
+            )
         if limit is not None and limit < 1:
             raise ValueError(f"queue {name!r}: the limit after ':' must be at least 1, got {limit}")
         return cls(name, limit)
