@@ -1,4 +1,4 @@
-"""``manage.py jobstats`` (JSON, text, the periodic hook, --watch) and ``manage.py jobqueues``."""
+"""``manage.py jobstats`` (JSON, text, the periodic handlers, --watch) and ``manage.py jobqueues``."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import json
 import signal
 import subprocess
 import sys
-import types
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.test import override_settings
 from django.utils import timezone
 
 from django_pgjobs.management.commands import jobstats
@@ -48,13 +48,6 @@ def fleet() -> None:
     worker("gone", ["mail"], live=False)
 
 
-@pytest.fixture(autouse=True)
-def no_periodic_module(monkeypatch):
-    """An installation without django_pgjobs.periodic, unless a test installs its stand-in
-    (explicitly absent: a development tree's editable install can find another checkout's)."""
-    monkeypatch.setitem(sys.modules, "django_pgjobs.periodic", None)
-
-
 def test_json_has_every_field(fleet):
     from django_pgjobs import queue_control
 
@@ -62,7 +55,7 @@ def test_json_has_every_field(fleet):
     data = stats_json()
     assert set(data) == {"generated_at", "exact", "queues", "workers", "periodic"}
     assert data["exact"] is False
-    assert data["periodic"] is None  # no django_pgjobs.periodic in this installation
+    assert data["periodic"] == []  # no schedules in the test settings
     generated = dt.datetime.fromisoformat(data["generated_at"])
     assert abs((generated - timezone.now()).total_seconds()) < 60
 
@@ -140,82 +133,55 @@ def test_text_output(fleet):
     assert reports[-1] == "PAUSED"
     assert "Workers: 2 live, 2 of 8 slots in flight" in text
     assert "all#1" in text and "mailer#1" in text and "gone#1" not in text
-    assert "Periodic" not in text
+    assert lines[-1] == "Periodic handlers: 0"
 
 
 def test_no_queues_says_so():
     assert "(no queues" in run("jobstats")
 
 
-@pytest.fixture
-def periodic_module(monkeypatch):
-    """A stand-in for django_pgjobs.periodic (being written on another branch) with overview()."""
-    module = types.ModuleType("django_pgjobs.periodic")
-    seen = []
-
-    def overview(using):
-        seen.append(using)
-        return [
-            {
-                "name": "nightly-report",
-                "schedule": "0 3 * * *",
-                "next_run": dt.datetime(2030, 1, 2, 3, 0, tzinfo=dt.UTC),
-                "last_run": None,
-                "last_status": None,
-            },
-            types.SimpleNamespace(
-                name="cleanup", schedule="every 5m", next_run=None, last_run=None, last_status="done"
-            ),
-        ]
-
-    module.overview = overview  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "django_pgjobs.periodic", module)
-    return seen
+PERIODIC = [
+    {"task": "tests.tick", "cron": "0 3 * * *", "timezone": "Europe/Paris", "name": "nightly-report"},
+    {"task": "tests.tick", "every": 300, "name": "cleanup"},
+]
 
 
-def test_periodic_handlers_are_included_when_the_module_exists(periodic_module):
+@override_settings(PGJOBS={"PERIODIC": PERIODIC})
+def test_periodic_handlers_are_listed_with_their_last_run():
+    from django_pgjobs.periodic import schedules
+
+    nightly, _cleanup = schedules()
+    now = timezone.now()
+    # The last tick of the nightly report ran (enqueued as the ticker does, by its key).
+    tick = nightly.latest_tick(now)
+    ran = JobFactory(task="tests.tick", done=True, run_at=tick, idempotency_key=nightly.key(tick))
     data = stats_json()
-    assert periodic_module == ["default"]
-    assert data["periodic"] == [
-        {
-            "name": "nightly-report",
-            "schedule": "0 3 * * *",
-            "next_run": "2030-01-02T03:00:00+00:00",
-            "last_run": None,
-            "last_status": None,
-        },
-        {
-            "name": "cleanup",
-            "schedule": "every 5m",
-            "next_run": None,
-            "last_run": None,
-            "last_status": "done",
-        },
-    ]
+    rows = {r["name"]: r for r in data["periodic"]}
+    assert list(rows) == ["nightly-report", "cleanup"]
+    assert rows["nightly-report"] == {
+        "name": "nightly-report",
+        "schedule": "cron '0 3 * * *' (Europe/Paris)",
+        "next_run": nightly.next_tick(dt.datetime.fromisoformat(data["generated_at"])).isoformat(),
+        "last_run": ran.run_at.isoformat(),
+        "last_status": "done",
+    }
+    assert (rows["cleanup"]["schedule"], rows["cleanup"]["last_run"], rows["cleanup"]["last_status"]) == (
+        "every 5min",
+        None,
+        None,
+    )
+    assert dt.datetime.fromisoformat(rows["cleanup"]["next_run"]) > now
     text = run("jobstats")
     assert "Periodic handlers: 2" in text
-    assert "nightly-report" in text and "every 5m" in text
+    assert "nightly-report" in text and "every 5min" in text and "done" in text
 
 
-def test_an_import_error_inside_the_periodic_module_is_not_hidden(monkeypatch):
-    def broken(name):
-        raise ModuleNotFoundError("No module named 'croniter'", name="croniter")
-
-    monkeypatch.setattr(jobstats.importlib, "import_module", broken)
-    with pytest.raises(ModuleNotFoundError, match="croniter"):
-        run("jobstats")
-
-
-#: ``manage.py jobstats --watch 0.2`` in a child process (run in the repository root). When this
-#: tree has no django_pgjobs/periodic.py the module is blocked, so that a development tree's editable
-#: install cannot find another checkout's copy (see ``no_periodic_module``).
+#: ``manage.py jobstats --watch 0.2`` in a child process (run in the repository root).
 WATCH = (
     # A shell that starts a suite in the background (``cmd &``) leaves SIGINT ignored, and Python
     # then installs no KeyboardInterrupt: give the child the Ctrl-C a terminal would.
-    "import pathlib, signal, sys\n"
+    "import signal\n"
     "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
-    "if not pathlib.Path('django_pgjobs/periodic.py').exists():\n"
-    "    sys.modules['django_pgjobs.periodic'] = None\n"
     "from django.core.management import execute_from_command_line\n"
     "execute_from_command_line(['manage.py', 'jobstats', '--watch', '0.2'])\n"
 )

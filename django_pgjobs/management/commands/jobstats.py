@@ -8,10 +8,9 @@ states are windowed unless ``--exact``). The JSON object is stable; see :func:`r
 from __future__ import annotations
 
 import datetime as dt
-import importlib
 import json
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,34 +18,19 @@ from django.db import DatabaseError, InterfaceError, connections
 
 from django_pgjobs.management.database import database_alias
 from django_pgjobs.models import Status, WorkerProcess
+from django_pgjobs.periodic import overview
 from django_pgjobs.stats import Snapshot, snapshot
 
 #: ANSI: cursor home, clear screen (what ``top`` and ``watch`` do).
 CLEAR = "\x1b[H\x1b[2J"
-#: Fields of a periodic handler's row, as ``django_pgjobs.periodic.overview()`` gives them.
+#: Fields of a periodic handler's row (:class:`django_pgjobs.periodic.PeriodicRow`) that are shown.
 PERIODIC_FIELDS = ("name", "schedule", "next_run", "last_run", "last_status")
 
 
-def periodic_overview(using: str) -> list[dict[str, Any]] | None:
-    """The periodic handlers' rows, or None when this installation has no ``django_pgjobs.periodic``
-    (it is being added alongside; ``jobstats`` must work with and without it).
-
-    Only that module's own absence is tolerated: an ImportError raised *inside* it (a missing
-    dependency, a typo) is a real error and propagates."""
-    try:
-        periodic = importlib.import_module("django_pgjobs.periodic")
-    except ModuleNotFoundError as exc:
-        if exc.name != "django_pgjobs.periodic":
-            raise
-        return None
-    overview = getattr(periodic, "overview", None)
-    if overview is None:
-        return None
-    rows = []
-    for row in overview(using):
-        get = row.get if isinstance(row, Mapping) else (lambda key, r=row: getattr(r, key, None))
-        rows.append({key: _plain(get(key)) for key in PERIODIC_FIELDS})
-    return rows
+def periodic_overview(using: str) -> list[dict[str, Any]]:
+    """The periodic handlers' rows (:func:`django_pgjobs.periodic.overview`) as JSON values; an
+    empty list when there are no schedules."""
+    return [{key: _plain(getattr(row, key)) for key in PERIODIC_FIELDS} for row in overview(using)]
 
 
 def _plain(value: Any) -> Any:
@@ -74,7 +58,7 @@ def worker_dict(w: WorkerProcess) -> dict[str, Any]:
     }
 
 
-def report(snap: Snapshot, periodic: list[dict[str, Any]] | None) -> dict[str, Any]:
+def report(snap: Snapshot, periodic: list[dict[str, Any]]) -> dict[str, Any]:
     """The ``--json`` object. Keys are only ever added, never renamed:
 
     * ``generated_at``: the database's time the figures were read at (ISO 8601);
@@ -83,7 +67,7 @@ def report(snap: Snapshot, periodic: list[dict[str, Any]] | None) -> dict[str, A
     * ``queues``: one object per queue (:meth:`QueueStats.as_dict`), by name;
     * ``workers``: the live workers, by worker id;
     * ``periodic``: the periodic handlers' rows (name, schedule, next_run, last_run, last_status),
-      or null when ``django_pgjobs.periodic`` is not installed.
+      a list (empty without schedules).
     """
     return {
         "generated_at": snap.generated_at.isoformat(),
@@ -121,7 +105,7 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
     return [line(cells[0]), line(["-" * w for w in widths]), *(line(r) for r in cells[1:])]
 
 
-def render_text(snap: Snapshot, periodic: list[dict[str, Any]] | None) -> str:
+def render_text(snap: Snapshot, periodic: list[dict[str, Any]]) -> str:
     when = snap.generated_at.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
     scope = "whole table" if snap.exact else "finished in the last hour"
     out = [f"Queues at {when} (done/dead/cancelled: {scope}; failed = dead)"]
@@ -175,13 +159,12 @@ def render_text(snap: Snapshot, periodic: list[dict[str, Any]] | None) -> str:
                 for w in snap.workers
             ),
         )
-    if periodic is not None:
-        out += ["", f"Periodic handlers: {len(periodic)}"]
-        if periodic:
-            out += table(
-                ["name", "schedule", "next run", "last run", "last status"],
-                ([r[k] if r[k] is not None else "-" for k in PERIODIC_FIELDS] for r in periodic),
-            )
+    out += ["", f"Periodic handlers: {len(periodic)}"]
+    if periodic:
+        out += table(
+            ["name", "schedule", "next run", "last run", "last status"],
+            ([r[k] if r[k] is not None else "-" for k in PERIODIC_FIELDS] for r in periodic),
+        )
     return "\n".join(out) + "\n"
 
 
