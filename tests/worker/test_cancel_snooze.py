@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.models import Job
-from tests.processes import executions, query, wait_for, worker_env
+from tests.processes import executions, hold_claimed_ahead, query, release_long_lease, wait_for, worker_env
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_executions")]
@@ -64,6 +64,26 @@ def test_an_async_handlers_task_is_cancelled(workers):
     stored = final(job.id, timeout=10)
     assert stored.status == "cancelled" and stored.last_error.startswith("cancelled by bob")
     assert "JobCancelled" in stored.history[-1]["error_class"]
+
+
+def test_a_claimed_ahead_job_asked_to_stop_ends_cancelled_without_running(workers):
+    """A job claimed ahead, waiting behind a running one, is asked to stop: once the executor is
+    free it must end cancelled without its handler being called."""
+    worker = workers("-c", "1", "--poll-interval", "0.2", env=worker_env(**FAST))
+    blocker, (waiting, *_) = hold_claimed_ahead(worker, followers=1)
+    assert Job.objects.cancel([waiting.id], by="erin") == [waiting.id]
+    worker.wait_for_log(f"job {waiting.id} tests.echo was asked to stop by erin", timeout=10)
+    release_long_lease(blocker.id)
+    stored = final(waiting.id)
+    assert stored.status == "cancelled" and stored.result is None
+    assert executions("echo") == []  # the handler never ran
+    assert stored.last_error.startswith("cancelled by erin")
+    assert stored.history[-1]["outcome"] == "cancelled"
+    assert stored.history[-1]["error_class"] == "django_pgjobs.exceptions.JobCancelled"
+    assert f"job {waiting.id} tests.echo was asked to stop by erin before it started" in worker.output()
+    assert final(blocker.id).status == "done"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
 
 
 def test_a_handler_that_ignores_the_request_runs_to_its_end_and_ends_cancelled(workers, tmp_path):
