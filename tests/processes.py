@@ -52,9 +52,11 @@ def worker_env(**extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``python -m django runjobs ...`` as a child process, with its log captured to a file."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "runjobs") -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, command: str = "runjobs", module: str = "django"
+    ) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="pgjobs-worker-", suffix=".log", delete=False)
-        self.args = [sys.executable, "-m", "django", command, *args]
+        self.args = [sys.executable, "-m", module, command, *args]
         self.proc = subprocess.Popen(
             self.args,
             cwd=ROOT,
