@@ -63,7 +63,7 @@ class Heartbeat:
         self.beat_registry()
         while not self._stopped.is_set():
             held = self.table.to_heartbeat()
-            interval = min([self.interval, *(e.lease / 3 for e in held)])
+            interval = min([self.interval, *(e.lease / 3 for e in held), threading.TIMEOUT_MAX])
             if self.now.wait(interval):
                 self.now.clear()
             if self._stopped.is_set():
