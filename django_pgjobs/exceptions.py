@@ -56,13 +56,22 @@ class Snooze(Exception):
     """Raised by a handler: run this job again in ``seconds`` without spending an attempt.
 
     The attempt history records the snooze; a job snoozed more than ``PGJOBS["MAX_SNOOZES"]`` times
-    goes dead with that reason, so a bug cannot snooze for ever.
+    goes dead with that reason, so a bug cannot snooze for ever. ``seconds`` outside 0 to
+    ``MAX_DELAY_SECONDS`` (100 years) raises ``ValueError`` here, in the handler: an ordinary
+    failure of the attempt, retried by the handler's backoff.
     """
 
     def __init__(self, seconds: float | int | dt.timedelta) -> None:
+        # The store's own bound (imported here: validation imports this module).
+        from .validation import MAX_DELAY_SECONDS
+
         value = seconds.total_seconds() if isinstance(seconds, dt.timedelta) else seconds
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 3.2e9:
-            raise ValueError(f"Snooze(seconds): a number of seconds from 0 to 100 years, not {seconds!r}")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not 0 <= value <= MAX_DELAY_SECONDS:
+            raise ValueError(
+                f"Snooze(seconds): a number of seconds from 0 to {MAX_DELAY_SECONDS:.0f} (100 years, the "
+                f"longest delay a job can be given), not {seconds!r}"
+            )
         self.seconds = float(value)
         super().__init__(f"snoozed for {self.seconds:g}s")
 

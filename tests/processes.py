@@ -52,9 +52,11 @@ def worker_env(**extra: str) -> dict[str, str]:
 class WorkerProcess:
     """``python -m django runjobs ...`` as a child process, with its log captured to a file."""
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, command: str = "runjobs") -> None:
+    def __init__(
+        self, *args: str, env: dict[str, str] | None = None, command: str = "runjobs", module: str = "django"
+    ) -> None:
         self.log = tempfile.NamedTemporaryFile(prefix="pgjobs-worker-", suffix=".log", delete=False)
-        self.args = [sys.executable, "-m", "django", command, *args]
+        self.args = [sys.executable, "-m", module, command, *args]
         self.proc = subprocess.Popen(
             self.args,
             cwd=ROOT,
@@ -149,3 +151,42 @@ def executions(kind: str | None = None) -> list[tuple]:
     if kind is None:
         return query("SELECT kind, job_id, value, pid FROM test_executions ORDER BY id")
     return query("SELECT kind, job_id, value, pid FROM test_executions WHERE kind = %s ORDER BY id", [kind])
+
+
+def release_long_lease(job_id: int) -> None:
+    """Let a running ``tests.long_lease`` job return."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO test_executions (kind, value) VALUES ('long-lease-release', %s)", [job_id]
+        )
+
+
+def hold_claimed_ahead(worker: WorkerProcess, followers: int = 3, warm_up: int = 80) -> tuple[Any, list[Any]]:
+    """Make ``worker`` (started with ``-c 1``) hold jobs claimed ahead of its executor: warm it
+    up with short jobs (a worker claims ahead only once its handlers average under 0.1 s; it
+    starts assuming 1 s), then enqueue a blocker (``tests.long_lease``: runs until the test records
+    ``("long-lease-release", <id>)``) and ``followers`` echo jobs behind it in one transaction.
+    Returns (blocker, the followers the worker holds buffered: claimed, not started)."""
+    from django.db import transaction
+
+    from django_pgjobs.models import Job
+    from tests.testapp import jobs
+
+    warm = [jobs.noop.enqueue().id for _ in range(warm_up)]
+    wait_for(
+        lambda: Job.objects.filter(pk__in=warm, status="done").count() == warm_up, 60, "the warm-up jobs"
+    )
+    with transaction.atomic():
+        blocker = jobs.long_lease.using(priority=10).enqueue()
+        behind = [jobs.echo.enqueue(f"behind-{i}") for i in range(followers)]
+    wait_for(lambda: executions("long-lease-start"), 30, "the blocker to start")
+
+    def buffered() -> list[Any]:
+        held = set(
+            Job.objects.filter(pk__in=[j.id for j in behind], status="running").values_list("pk", flat=True)
+        )
+        return [j for j in behind if j.id in held]
+
+    held = wait_for(buffered, 30, "jobs claimed ahead behind the blocker")
+    assert executions("echo") == [], "a follower ran: the worker was not held up by the blocker"
+    return blocker, held

@@ -134,6 +134,8 @@ PGJOBS: dict[str, Any] = {
 if os.environ.get("PGJOBS_TEST_PERIODIC"):
     _every, _, _missed = os.environ["PGJOBS_TEST_PERIODIC"].removeprefix("every=").partition(",")
     PGJOBS["PERIODIC"] = [{"task": "tests.tick", "every": float(_every), "missed": _missed or "latest"}]
+if os.environ.get("PGJOBS_TEST_POLL_INTERVAL"):
+    PGJOBS["POLL_INTERVAL_SECONDS"] = float(os.environ["PGJOBS_TEST_POLL_INTERVAL"])
 if os.environ.get("PGJOBS_TEST_MAX_SNOOZES"):
     PGJOBS["MAX_SNOOZES"] = int(os.environ["PGJOBS_TEST_MAX_SNOOZES"])
 # The PgBouncer test runs one worker with the setting rather than ``--no-listen``.

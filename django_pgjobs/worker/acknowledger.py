@@ -1,9 +1,10 @@
 """The acknowledger: one thread that writes outcomes, in batches, and keeps at it through outages.
 
 Outcomes that finish while a write is on the wire wait for the next one, so batches grow with
-load by themselves: completions go in one fenced statement, failures in another. Until an outcome
-is written its job stays ``running`` in its row and keeps its heartbeat, so a crash in between runs
-it again (at-least-once) and never loses it.
+load by themselves: completions go in one fenced statement, snoozes in another, failures in a
+third, each settled as soon as it returns (a later one that fails never resends them). Until an
+outcome is written its job stays ``running`` in its row and keeps its heartbeat, so a crash in
+between runs it again (at-least-once) and never loses it.
 
 When the database is away, each outcome is retried with backoff for as long as its lease can still
 be valid (the heartbeat keeps extending it once the database is back); only when the lease has
@@ -103,55 +104,62 @@ class Acknowledger:
                 return
 
     def _write(self, batch: list[Pending]) -> list[Pending]:
-        """Write ``batch``; returns what must be tried again (the database was away)."""
-        try:
-            self.conn.ensure()
-            settled = self._statement(batch)
-        except DB_ERRORS as exc:
-            if _lock_timeout(exc) and len(batch) > 1:
-                # One row locked by another session must not hold up the others: one at a time.
-                return [p for item in batch for p in self._write([item])]
-            self.conn.drop()
-            return self._keep_or_give_up(batch, exc)
-        except Exception as exc:  # a bug or an outcome the driver cannot send: never die of it
-            if len(batch) > 1:
-                return [p for item in batch for p in self._write([item])]
-            return self._unsendable(batch[0], exc)
-        self._settle(settled)
+        """Write ``batch``; returns what must be tried again (the database was away).
+
+        Completions, snoozes and failures are three statements, each its own autocommit
+        transaction: what one of them wrote is settled as soon as it returns, so a later one that
+        fails retries only its own outcomes and those not yet sent (sent again, a written outcome
+        would match nothing and be taken for a fenced-off late write)."""
+        groups = [g for g in _by_statement(batch) if g]
+        for n, group in enumerate(groups):
+            try:
+                self.conn.ensure()
+                settled = self._statement(group)
+            except DB_ERRORS as exc:
+                rest = [p for later in groups[n + 1 :] for p in later]
+                if _lock_timeout(exc) and len(group) > 1:
+                    # One row locked by another session must not hold up the others: one at a time.
+                    return [p for item in group for p in self._write([item])] + self._write(rest)
+                self.conn.drop()
+                return self._keep_or_give_up(group + rest, exc)
+            except Exception as exc:  # a bug or an outcome the driver cannot send: never die of it
+                rest = [p for later in groups[n + 1 :] for p in later]
+                if len(group) > 1:
+                    left = [p for item in group for p in self._write([item])]
+                else:
+                    left = self._unsendable(group[0], exc)
+                return left + self._write(rest)
+            self._settle(settled)
         return []
 
-    def _statement(self, batch: list[Pending]) -> list[tuple[Pending, str]]:
+    def _statement(self, group: list[Pending]) -> list[tuple[Pending, str]]:
+        """One statement for ``group`` (outcomes of one kind, see :func:`_by_statement`)."""
         store = self.conn.store
-        labels: list[tuple[Pending, str]] = []
-        done = [p for p in batch if p.outcome.ok]
-        snoozed = [p for p in batch if p.outcome.snooze_for is not None]
-        failed = [p for p in batch if not p.outcome.ok and p.outcome.snooze_for is None]
-        if done:
-            accepted = store.complete([(p.entry.id, p.entry.token, p.outcome.result_json) for p in done])
-            labels += [(p, _label(accepted.get(p.entry.token))) for p in done]
-        if snoozed:
-            written = store.snooze(
-                [(p.entry.id, p.entry.token, p.outcome.snooze_for or 0.0) for p in snoozed]
-            )
-            labels += [(p, _label(written.get(p.entry.token))) for p in snoozed]
-        if failed:
-            recorded = store.fail(
-                [
-                    Failure(
-                        p.entry.id,
-                        p.entry.token,
-                        error_class=p.outcome.error_class,
-                        message=p.outcome.message,
-                        traceback=p.outcome.traceback,
-                        retry_in=p.outcome.retry_in,
-                        cancel=p.outcome.cancel,
-                    )
-                    for p in failed
-                ]
-            )
-            for p in failed:
-                result = recorded.get(p.entry.token)
-                labels.append((p, _label(None if result is None else result.status, retry="retry")))
+        first = group[0].outcome
+        if first.ok:
+            accepted = store.complete([(p.entry.id, p.entry.token, p.outcome.result_json) for p in group])
+            return [(p, _label(accepted.get(p.entry.token))) for p in group]
+        if first.snooze_for is not None:
+            written = store.snooze([(p.entry.id, p.entry.token, p.outcome.snooze_for or 0.0) for p in group])
+            return [(p, _label(written.get(p.entry.token))) for p in group]
+        recorded = store.fail(
+            [
+                Failure(
+                    p.entry.id,
+                    p.entry.token,
+                    error_class=p.outcome.error_class,
+                    message=p.outcome.message,
+                    traceback=p.outcome.traceback,
+                    retry_in=p.outcome.retry_in,
+                    cancel=p.outcome.cancel,
+                )
+                for p in group
+            ]
+        )
+        labels = []
+        for p in group:
+            result = recorded.get(p.entry.token)
+            labels.append((p, _label(None if result is None else result.status, retry="retry")))
         return labels
 
     def _settle(self, labels: list[tuple[Pending, str]]) -> None:
@@ -199,12 +207,23 @@ class Acknowledger:
         if pending.outcome.error_class == "django_pgjobs.WorkerError":  # that failed too
             self._settle([(pending, "lost")])
             return []
+        outcome = pending.outcome
+        # A failure keeps its retry decision; a result or a snooze that could not be stored is
+        # retried at once (the attempt is charged, so this cannot loop).
         replacement = internal_failure(
             f"the outcome could not be recorded ({type(exc).__name__}: {safe_str(exc)[:500]})",
-            pending.outcome.duration,
-            pending.outcome.retry_in if not pending.outcome.ok else 0.0,
+            outcome.duration,
+            0.0 if outcome.ok or outcome.snooze_for is not None else outcome.retry_in,
         )
         return self._write([Pending(pending.entry, replacement, pending.late)])
+
+
+def _by_statement(batch: list[Pending]) -> tuple[list[Pending], list[Pending], list[Pending]]:
+    """``batch`` split by the statement that writes it: completions, snoozes, failures."""
+    done = [p for p in batch if p.outcome.ok]
+    snoozed = [p for p in batch if not p.outcome.ok and p.outcome.snooze_for is not None]
+    failed = [p for p in batch if not p.outcome.ok and p.outcome.snooze_for is None]
+    return done, snoozed, failed
 
 
 def _label(status: str | None, retry: str = "snoozed") -> str:

@@ -49,6 +49,9 @@ DEEP_PREFETCH_BELOW_SECONDS = 0.005
 DEEP_PREFETCH = 64
 #: Promotion batch size; a full batch means more are due at once.
 PROMOTE_BATCH = 1000
+#: The longest the loop waits at once: any finite poll interval is valid (a huge one means "rely on
+#: notifications"), but ``Event.wait`` raises OverflowError past this.
+MAX_WAIT_SECONDS = threading.TIMEOUT_MAX
 
 
 class ClaimLoop:
@@ -166,7 +169,7 @@ class ClaimLoop:
                 wait = min(wait, queue_control.REFRESH_SECONDS)
             if self.ticker is not None:  # periodic ticks are enqueued on time
                 wait = min(wait, CHECK_SECONDS)
-            self.wake.wait(max(0.0, wait))
+            self.wake.wait(min(max(0.0, wait), MAX_WAIT_SECONDS))
 
     def _finished(self, claimed: list[Claim], writes_before: int) -> bool:
         max_jobs = self.options.max_jobs

@@ -29,7 +29,7 @@ from ..retry import default_backoff
 from ..signals import job_failed, job_finished, job_started
 from ..validation import MAX_DELAY_SECONDS
 from .inflight import InFlight, InFlightTable
-from .outcome import Outcome, failure, safe_str
+from .outcome import Outcome, class_path, failure, safe_str, storable
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -98,6 +98,8 @@ class Executors:
     def run(self, entry: InFlight) -> tuple[Outcome, bool]:
         """Run one job: (its outcome, whether the thread's connections were left unusable)."""
         claim = entry.claim
+        if entry.cancel_signal.is_set():
+            return self.cancelled_before_start(entry), False
         start = time.monotonic()
         # Connections are tidied after each job (see _reset_connections), so the next one on this
         # thread starts from that state: no second pass here.
@@ -127,6 +129,25 @@ class Executors:
             )
         _send(job_finished, entry, context=context, outcome=outcome.label, duration=outcome.duration)
         return outcome, _reset_connections(claim.task, claim.id)
+
+    def cancelled_before_start(self, entry: InFlight) -> Outcome:
+        """A claimed-ahead job asked to stop while it waited for an executor: its handler is never
+        called (and no worker signal is sent: nothing started); the outcome ends it ``cancelled``
+        like any run of a job asked to stop."""
+        by = entry.cancel_signal.by or "an operator"
+        logger.info(
+            "job %d %s was asked to stop by %s before it started: cancelled without running its handler",
+            entry.id,
+            entry.claim.task,
+            by,
+        )
+        return Outcome(
+            ok=False,
+            duration=0.0,
+            error_class=class_path(JobCancelled),
+            message=storable(f"cancelled by {by} before it started"),
+            cancel=True,
+        )
 
     def retry_delay(self, entry: InFlight, exc: BaseException | None) -> float | None:
         """The handler's backoff, checked here: a policy that raises or answers something the row

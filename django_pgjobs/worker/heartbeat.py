@@ -63,7 +63,7 @@ class Heartbeat:
         self.beat_registry()
         while not self._stopped.is_set():
             held = self.table.to_heartbeat()
-            interval = min([self.interval, *(e.lease / 3 for e in held)])
+            interval = min([self.interval, *(e.lease / 3 for e in held), threading.TIMEOUT_MAX])
             if self.now.wait(interval):
                 self.now.clear()
             if self._stopped.is_set():
@@ -112,11 +112,17 @@ class Heartbeat:
         lease_of = {e.token: e.lease for e in held}
         self.table.extended({t: sent + lease_of[t] for t in result.extended})
         lost = self.table.lose(result.lost)
-        if lost:
+        if lost.running:
             logger.warning(
                 "lost the lease of job(s) %s: they were taken back by the sweeper (this run's outcome "
                 "will be refused)",
-                sorted(e.id for e in lost),
+                sorted(e.id for e in lost.running),
+            )
+        if lost.dropped:
+            logger.warning(
+                "lost the lease of claimed-ahead job(s) %s before they started (taken back by the "
+                "sweeper, another worker's now): forgotten here, never run by this process",
+                sorted(e.id for e in lost.dropped),
             )
         for entry in self.table.request_cancel(result.cancel_requested):
             logger.info(

@@ -3,7 +3,8 @@
 A claimed job is ``running`` in its row from the claim until its outcome is written; in here it
 moves through these states (one enum, not a set of flags that can contradict each other):
 
-``BUFFERED``   claimed ahead, waiting for a free executor (its lease is heartbeated like the rest)
+``BUFFERED``   claimed ahead, waiting for a free executor (its lease is heartbeated like the rest);
+               if its lease is found lost meanwhile it leaves the table and never runs
 ``RUNNING``    its handler runs in an executor thread
 ``FINISHED``   the handler returned; the outcome waits for the acknowledger
 ``ABANDONED``  it overran its ``timeout``: no longer heartbeated (the sweeper takes it back), its
@@ -69,6 +70,15 @@ class InFlight:
         return self.claim.id
 
 
+@dataclass
+class Lost:
+    """What :meth:`InFlightTable.lose` did: buffered entries dropped (never to run), running ones
+    newly marked lost."""
+
+    dropped: list[InFlight] = field(default_factory=list)
+    running: list[InFlight] = field(default_factory=list)
+
+
 class InFlightTable:
     """Thread-safe. Executors wait here for work; the claim loop asks how much room is left."""
 
@@ -123,7 +133,8 @@ class InFlightTable:
             while True:
                 while self._buffer:
                     _, _, entry = heapq.heappop(self._buffer)
-                    if entry.state is JobState.BUFFERED:  # else released meanwhile
+                    # Else released, or dropped as lost, meanwhile.
+                    if entry.state is JobState.BUFFERED and self._items.get(entry.token) is entry:
                         self._move(entry, JobState.RUNNING)
                         entry.started = time.monotonic()
                         return entry
@@ -189,18 +200,27 @@ class InFlightTable:
                 if entry is not None:
                     entry.lease_valid_until = max(entry.lease_valid_until, when)
 
-    def lose(self, tokens: set[int]) -> list[InFlight]:
-        """The fence refused these tokens' heartbeat: mark them lost (once); returns the newly lost
-        that are still running (a finished one is being written, which is what refused it)."""
-        newly = []
+    def lose(self, tokens: set[int]) -> Lost:
+        """The fence refused these tokens' heartbeat: the jobs are someone else's now. A buffered
+        one leaves the table at once (it must never start: another worker has it); a running one
+        is marked lost (once) and its outcome will be refused; a finished one is being written,
+        which is what refused it."""
+        lost = Lost()
         with self._lock:
             for token in tokens:
                 entry = self._items.get(token)
-                if entry is not None and not entry.lost:
-                    entry.lost = True
-                    if entry.state in (JobState.BUFFERED, JobState.RUNNING):
-                        newly.append(entry)
-        return newly
+                if entry is None or entry.lost:
+                    continue
+                entry.lost = True
+                if entry.state is JobState.BUFFERED:
+                    del self._items[token]
+                    self._move(entry, None)
+                    lost.dropped.append(entry)
+                elif entry.state is JobState.RUNNING:
+                    lost.running.append(entry)
+        if lost.dropped:
+            self._on_room()
+        return lost
 
     def request_cancel(self, requests: dict[int, str | None]) -> list[InFlight]:
         """Heartbeat found these claim tokens' jobs asked to stop: signal their handlers (once);

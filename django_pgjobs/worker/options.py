@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from ..validation import MAX_QUEUE_LENGTH, RESERVED_QUEUE_PREFIX
@@ -56,8 +57,12 @@ class WorkerOptions:
             raise ValueError("max_jobs must be >= 1")
         if self.shutdown_timeout < 0:
             raise ValueError("shutdown timeout must be >= 0")
-        if self.poll_interval is not None and not self.poll_interval > 0:
-            raise ValueError("poll interval must be > 0")
+        if self.poll_interval is not None and not (
+            math.isfinite(self.poll_interval) and self.poll_interval > 0
+        ):
+            raise ValueError(
+                f"--poll-interval must be a finite number of seconds > 0, not {self.poll_interval!r}"
+            )
         unknown = set(self.queue_limits) - set(self.queues or ())
         if unknown:
             raise ValueError(f"queue limits for queues not worked on: {sorted(unknown)}")

@@ -11,7 +11,8 @@ Threads (see ``docs/architecture.md``):
 
 Exit codes: 0 clean (a signal, ``--burst`` drained, ``--max-jobs`` reached); 1 stopped by a second
 signal (everything released at once); 3 more handler threads stuck past their ``timeout`` than
-slots; 4 an internal error in one of the worker's own threads; 5 no heartbeat succeeded for a lease.
+slots; 4 an internal error in one of the worker's own threads (the claim loop in the main thread
+included); 5 no heartbeat succeeded for a lease.
 """
 
 from __future__ import annotations
@@ -166,6 +167,8 @@ class Worker:
         )
         try:
             self.claims.run()
+        except Exception as exc:  # a bug in the claim loop: like any internal thread's (exit 4)
+            self._internal_error("claim loop", exc)
         finally:
             code = self._shutdown()
         logger.info("worker %s stopped: %s", self.name, ", ".join(f"{k}={v}" for k, v in self.counts.items()))
@@ -199,14 +202,15 @@ class Worker:
         try:
             target()
         except BaseException as exc:
-            logger.critical(
-                "internal error in %s; stopping the worker", threading.current_thread().name, exc_info=True
-            )
-            self._exit_code = self._exit_code or 4
-            self._charge_held(
-                f"internal error in the worker's {threading.current_thread().name}: {safe_str(exc)}"
-            )
-            self.stop()
+            self._internal_error(f"{threading.current_thread().name} thread", exc)
+
+    def _internal_error(self, where: str, exc: BaseException) -> None:
+        """One of the worker's own parts (``where``) died of ``exc``: charge the started jobs, stop
+        (the shutdown releases the buffered ones), exit 4."""
+        logger.critical("internal error in the %s; stopping the worker (exit code 4)", where, exc_info=exc)
+        self._exit_code = self._exit_code or 4
+        self._charge_held(f"internal error in the worker's {where}: {safe_str(exc)}")
+        self.stop()
 
     def _room_freed(self) -> None:
         # Wake the claim loop once there is room for a claim worth its round trip (counts are

@@ -9,7 +9,7 @@ import pytest
 
 from django_pgjobs.models import Job
 from tests.failure.helpers import fast_env
-from tests.processes import APPLICATION_NAME, executions, query, wait_for
+from tests.processes import APPLICATION_NAME, executions, hold_claimed_ahead, query, wait_for, worker_env
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_executions")]
@@ -161,3 +161,38 @@ def test_connections_cut_repeatedly_under_running_workers(workers):
     # And they carry on afterwards.
     last = jobs.echo.enqueue("after the cuts")
     wait_for(lambda: status_of(last.id) == "done", 30, "a job after the cuts")
+
+
+def test_a_crash_of_the_claim_loop_charges_started_jobs_releases_buffered_ones_and_exits_4(workers, tmp_path):
+    """The claim loop runs in the main thread, outside the guard of the other internal threads: a
+    bug there gave a traceback, exit 1 and every job released without its attempt charged, so a
+    job whose handling breaks the claim loop could loop from worker to worker."""
+    trigger = tmp_path / "break"
+    worker = workers(
+        "-c",
+        "1",
+        "--poll-interval",
+        "0.2",
+        "--shutdown-timeout",
+        "5",
+        env=worker_env(PGJOBS_TEST_BREAK_CLAIM_LOOP=str(trigger)),
+        module="tests.worker.breaking_claim_loop",
+    )
+    blocker, held = hold_claimed_ahead(worker)
+    trigger.write_text("now")
+    assert worker.wait(30) == 4, worker.output()
+    out = worker.output()
+    assert "internal error in the claim loop; stopping the worker (exit code 4)" in out
+    assert "RuntimeError: the claim loop broke (test)" in out
+    started = Job.objects.get(pk=blocker.id)  # its handler had started: the attempt is charged
+    assert started.status in ("scheduled", "ready") and started.attempts == 1
+    assert [h["outcome"] for h in started.history] == ["failed"]
+    assert started.history[0]["error_class"] == "django_pgjobs.WorkerError"
+    assert "internal error in the worker's claim loop: the claim loop broke (test)" in started.last_error
+    for job in held:  # claimed ahead, never started: released, no attempt charged
+        stored = Job.objects.get(pk=job.id)
+        assert stored.status == "ready" and stored.attempts == 1
+        assert stored.max_attempts - stored.attempts == job.max_attempts
+        assert [h["outcome"] for h in stored.history] == ["released"]
+    assert executions("echo") == []
+    assert not Job.objects.filter(status="running").exists()

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 
 from django_pgjobs.models import Job
 from tests.failure.helpers import fast_env
-from tests.processes import executions, query, wait_for
+from tests.processes import executions, hold_claimed_ahead, query, release_long_lease, wait_for
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -102,3 +102,33 @@ def test_a_duplicate_enqueue_held_in_an_open_transaction_does_not_stop_heartbeat
     assert len(executions("sleep-start")) == 2  # nothing ran twice
     for job in (keyed, other):
         assert [h["outcome"] for h in Job.objects.get(pk=job.id).history] == ["done"]
+
+
+def test_claimed_ahead_jobs_lost_while_frozen_are_forgotten_not_run(workers, clean_executions):
+    """A worker frozen (SIGSTOP) past its lease holds jobs claimed ahead of its one executor; the
+    sweeper gives them to another worker, which runs them. Thawed, the first learns at its next
+    heartbeat that it lost them: it must drop them, not start them once its executor is free."""
+    first = workers("-c", "1", env=fast_env())
+    blocker, held = hold_claimed_ahead(first)  # the blocker has a lease of 30 s: it stays first's
+    first.signal(signal.SIGSTOP)
+    try:
+        second = workers("-c", "2", env=fast_env())
+        wait_for(
+            lambda: Job.objects.filter(pk__in=[j.id for j in held], status="done").count() == len(held),
+            60,
+            "the second worker to run the claimed-ahead jobs",
+        )
+    finally:
+        first.signal(signal.SIGCONT)
+    first.wait_for_log("lost the lease of", timeout=30)
+    release_long_lease(blocker.id)
+    wait_for(lambda: Job.objects.get(pk=blocker.id).status == "done", 30, "the blocker to finish")
+    first.signal(signal.SIGTERM)
+    assert first.wait(30) == 0, first.output()
+    ran = [(job_id, pid) for _, job_id, _, pid in executions("echo")]
+    assert [job_id for job_id, pid in ran if pid == first.pid] == [], first.output()
+    held_ids = [j.id for j in held]
+    assert sorted(job_id for job_id, pid in ran if job_id in held_ids and pid == second.pid) == held_ids
+    assert len([job_id for job_id, _ in ran if job_id in held_ids]) == len(held_ids)  # each ran once
+    assert "forgotten here, never run by this process" in first.output()
+    assert "late completion rejected by fencing" not in first.output()

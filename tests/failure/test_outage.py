@@ -5,6 +5,7 @@ not hold up the leases of the rest. Workers reach the database through tests/pro
 from __future__ import annotations
 
 import datetime as dt
+import signal
 from collections import Counter
 
 import pytest
@@ -100,3 +101,56 @@ def test_a_row_lock_on_one_running_job_does_not_stop_the_other_leases(workers, c
     # history says so. Otherwise it ran once.
     history = [h["outcome"] for h in Job.objects.get(pk=locked.id).history]
     assert runs[locked.id] == 1 + history.count("lease expired"), (runs, history)
+
+
+def test_a_batch_whose_failure_statement_fails_retries_only_the_failure(
+    workers, clean_executions, pg_connect
+):
+    """Completions and failures are separate statements. When the failure statement of a batch
+    fails (here: its row locked by another session past the lock timeout) after the completion
+    statement wrote, only the failure is tried again: resent, the written completion would match
+    nothing and be logged as a late completion rejected by fencing."""
+    first = jobs.waits_for_go.enqueue()  # holds the acknowledger up so the other two share a batch
+    done = jobs.waits_for_go.enqueue()
+    failed = jobs.waits_for_go.enqueue(fail=True)
+    worker = workers("-c", "3", "--poll-interval", "0.2")  # lease 30 s
+    wait_for(lambda: len(executions("waits-start")) == 3, 60, "the three jobs to start")
+
+    def lock(job_id: int):
+        session = pg_connect()
+        session.execute("BEGIN")
+        session.execute("SELECT 1 FROM pgjobs_job WHERE id = %s FOR UPDATE", [job_id])
+        return session
+
+    def blocks(session) -> bool:
+        pid = session.info.backend_pid
+        return bool(
+            query("SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", [pid])[0][0]
+        )
+
+    def go(*job_ids: int) -> None:
+        for job_id in job_ids:
+            query(
+                "INSERT INTO test_executions (kind, job_id, value) VALUES ('go', %s, %s) RETURNING id",
+                [job_id, job_id],
+            )
+
+    first_lock, failed_lock = lock(first.id), lock(failed.id)
+    go(first.id)
+    wait_for(lambda: blocks(first_lock), 30, "the acknowledger to wait for the first job's row")
+    go(done.id, failed.id)
+    wait_for(lambda: len(executions("waits-end")) == 3, 30, "the other two handlers to return")
+    first_lock.execute("COMMIT")  # their outcomes are queued: now one batch, completion then failure
+    wait_for(lambda: Job.objects.get(pk=done.id).status == "done", 30, "the completion to be written")
+    worker.wait_for_log("could not write 1 outcome(s)", timeout=30)  # the failure: lock timeout
+    failed_lock.execute("COMMIT")
+    wait_for(lambda: Job.objects.get(pk=failed.id).status == "scheduled", 30, "the failure to be written")
+    for job in (first, done):
+        assert [h["outcome"] for h in Job.objects.get(pk=job.id).history] == ["done"]
+    stored = Job.objects.get(pk=failed.id)
+    assert stored.attempts == 1 and [h["outcome"] for h in stored.history] == ["failed"]
+    assert "fails on purpose" in stored.last_error
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
+    assert "rejected by fencing" not in worker.output()
+    assert "done=2, retry=1, dead=0, cancelled=0, snoozed=0, rejected=0, lost=0" in worker.output()

@@ -331,6 +331,19 @@ def snoozes(context: JobContext, times: int, seconds: float = 0.0) -> int:
     return context.attempt
 
 
+@job(name="tests.waits_for_go", takes_context=True, backoff=lambda attempt, exc: 3600.0)
+def waits_for_go(context: JobContext, fail: bool = False, timeout: float = 60.0) -> int:
+    """Runs until the test records ``("go", <job id>)`` (at most ``timeout``), then returns its
+    attempt or, with ``fail``, raises (retried an hour later)."""
+    _record("waits-start", context.job_id, context.attempt)
+    if not _wait_for_rows("go", context.job_id, 1, timeout):
+        raise TimeoutError(f"no go for job {context.job_id} within {timeout} s")
+    _record("waits-end", context.job_id, context.attempt)
+    if fail:
+        raise ValueError(f"job {context.job_id} fails on purpose")
+    return context.attempt
+
+
 from .signal_probe import connect as _connect_signal_probe  # noqa: E402 (after the handlers)
 
 _connect_signal_probe()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import signal
 import time
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from django_pgjobs.models import Job
-from tests.processes import executions, query, wait_for, worker_env
+from tests.processes import executions, hold_claimed_ahead, query, release_long_lease, wait_for, worker_env
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_executions")]
@@ -64,6 +65,26 @@ def test_an_async_handlers_task_is_cancelled(workers):
     stored = final(job.id, timeout=10)
     assert stored.status == "cancelled" and stored.last_error.startswith("cancelled by bob")
     assert "JobCancelled" in stored.history[-1]["error_class"]
+
+
+def test_a_claimed_ahead_job_asked_to_stop_ends_cancelled_without_running(workers):
+    """A job claimed ahead, waiting behind a running one, is asked to stop: once the executor is
+    free it must end cancelled without its handler being called."""
+    worker = workers("-c", "1", "--poll-interval", "0.2", env=worker_env(**FAST))
+    blocker, (waiting, *_) = hold_claimed_ahead(worker, followers=1)
+    assert Job.objects.cancel([waiting.id], by="erin") == [waiting.id]
+    worker.wait_for_log(f"job {waiting.id} tests.echo was asked to stop by erin", timeout=10)
+    release_long_lease(blocker.id)
+    stored = final(waiting.id)
+    assert stored.status == "cancelled" and stored.result is None
+    assert executions("echo") == []  # the handler never ran
+    assert stored.last_error.startswith("cancelled by erin")
+    assert stored.history[-1]["outcome"] == "cancelled"
+    assert stored.history[-1]["error_class"] == "django_pgjobs.exceptions.JobCancelled"
+    assert f"job {waiting.id} tests.echo was asked to stop by erin before it started" in worker.output()
+    assert final(blocker.id).status == "done"
+    worker.signal(signal.SIGTERM)
+    assert worker.wait(30) == 0, worker.output()
 
 
 def test_a_handler_that_ignores_the_request_runs_to_its_end_and_ends_cancelled(workers, tmp_path):
@@ -145,6 +166,36 @@ def test_a_snooze_later_waits_as_scheduled(workers):
     stored = Job.objects.get(pk=job.id)
     assert stored.status == "scheduled" and stored.attempts == 1 and stored.max_attempts == 2
     assert 3500 < (stored.run_at - stored.updated_at).total_seconds() <= 3600
+
+
+def test_snooze_accepts_exactly_what_the_store_accepts_and_names_the_bound():
+    from django_pgjobs import Snooze
+    from django_pgjobs.store import MAX_DELAY_SECONDS, Store
+
+    assert Snooze(MAX_DELAY_SECONDS).seconds == MAX_DELAY_SECONDS
+    assert Snooze(dt.timedelta(seconds=MAX_DELAY_SECONDS)).seconds == MAX_DELAY_SECONDS
+    # The store takes the longest snooze (a token nobody holds: the fence refuses, nothing raises).
+    assert Job.objects.store.snooze([(0, 0, Snooze(MAX_DELAY_SECONDS).seconds)]) == {}
+    assert isinstance(Job.objects.store, Store)
+    for bad in (MAX_DELAY_SECONDS + 1, 3.18e9, float("inf"), float("nan"), -1, True, "60"):
+        with pytest.raises(ValueError, match=r"from 0 to 3155760000 \(100 years"):
+            Snooze(bad)  # type: ignore[arg-type]
+
+
+def test_a_snooze_beyond_the_longest_delay_is_a_retryable_failure_with_the_reason(workers):
+    """Snooze(3.18e9) used to pass Snooze's own check (3.2e9) and be refused by the store: the
+    outcome was replaced by an internal failure that never retried (the job went dead)."""
+    job = jobs.snoozes.using(max_attempts=3).enqueue(times=1, seconds=3.18e9)
+    ok = jobs.echo.enqueue("beside it")
+    worker = workers("--burst", "-c", "2", env=worker_env(**FAST))
+    assert worker.wait(60) == 0, worker.output()
+    stored = Job.objects.get(pk=job.id)
+    assert (stored.status, stored.attempts, stored.snoozes) == ("scheduled", 1, 0)
+    assert [h["outcome"] for h in stored.history] == ["failed"]
+    assert stored.history[0]["error_class"] == "ValueError"
+    assert "Snooze(seconds): a number of seconds from 0 to 3155760000 (100 years" in stored.last_error
+    assert Job.objects.get(pk=ok.id).status == "done"
+    assert "internal failure" not in worker.output() and "rejected by fencing" not in worker.output()
 
 
 def test_worker_signals_are_sent_in_the_executor_and_a_raising_receiver_changes_nothing(workers, tmp_path):

@@ -11,7 +11,7 @@ from django.utils.dateparse import parse_datetime
 
 from django_pgjobs.models import Job
 from tests.processes import children_of as _children
-from tests.processes import executions, query, wait_for
+from tests.processes import executions, query, wait_for, worker_env
 from tests.testapp import jobs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("clean_executions")]
@@ -169,6 +169,36 @@ def test_no_listen_polls(workers):
     job = jobs.echo.enqueue("polled")
     wait_for(lambda: status_of(job.id) == "done", 10, "polled job to run")
     assert "listening for notifications" not in worker.output()
+
+
+@pytest.mark.parametrize("how", ["option", "setting"])
+def test_a_poll_interval_too_long_for_a_timed_wait_idles_instead_of_crashing(workers, how):
+    """``--poll-interval 1e10`` (or ``POLL_INTERVAL_SECONDS = 1e10``, which the settings and system
+    checks accept) reached ``Event.wait`` on the first idle turn of the claim loop: OverflowError,
+    exit 1. Any finite interval is valid; the wait is capped internally."""
+    args, env = (
+        (("--poll-interval", "1e10"), {}) if how == "option" else ((), {"PGJOBS_TEST_POLL_INTERVAL": "1e10"})
+    )
+    worker = workers(*args, env=worker_env(**env))
+    worker.wait_for_log("listening for notifications", timeout=30)
+    assert "poll=10000000000.00s" in worker.output()
+    job = jobs.echo.enqueue("woken by its notification")
+    wait_for(lambda: status_of(job.id) == "done", 30, "the job to run")
+    assert worker.proc.poll() is None, worker.output()
+    worker.signal(signal.SIGTERM)  # the long wait ends at once on a stop
+    assert worker.wait(30) == 0, worker.output()
+    assert "Traceback" not in worker.output()
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "0"])
+def test_a_poll_interval_that_is_not_a_finite_positive_number_is_refused(workers, value):
+    worker = workers(f"--poll-interval={value}")
+    assert worker.wait(30) == 1, worker.output()
+    out = worker.output()
+    assert (
+        f"CommandError: --poll-interval must be a finite number of seconds > 0, not {float(value)!r}" in out
+    )
+    assert "Traceback" not in out and "started" not in out
 
 
 def test_sigterm_lets_the_running_job_finish_and_exits_zero(workers):
