@@ -69,8 +69,10 @@ class JobContext:
             raise JobCancelled(f"cancelled by {self.cancel_signal.by or 'an operator'}")
 
     def sleep(self, seconds: float) -> bool:
-        """Sleep up to ``seconds``, returning early (True) if the job is asked to stop meanwhile."""
-        return self.cancel_signal.wait(max(0.0, seconds))
+        """Sleep up to ``seconds``, returning early (True) if the job is asked to stop meanwhile.
+        ``math.inf`` (or anything past what a timed wait can take) waits until then."""
+        seconds = max(0.0, seconds)  # NaN too: max() keeps the 0.0
+        return self.cancel_signal.wait(None if seconds >= threading.TIMEOUT_MAX else seconds)
 
     @classmethod
     def for_claim(cls, claim: Claim, worker_id: str, cancel_signal: CancelSignal | None = None) -> JobContext:

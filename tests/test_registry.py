@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import math
+import threading
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -11,6 +13,7 @@ from django.db import connections
 from django.utils import timezone
 
 from django_pgjobs import job
+from django_pgjobs.cancellation import CancelSignal
 from django_pgjobs.exceptions import DuplicateTaskName, InvalidJob, UnknownTask
 from django_pgjobs.models import Job
 from django_pgjobs.registry import (
@@ -246,6 +249,37 @@ def test_run_without_context_ignores_it():
     )
     assert handler.run(context, [1], {"b": 2}) == 3
     assert context.is_last_attempt is False
+
+
+@pytest.mark.parametrize("seconds", [math.inf, 1e300])
+def test_context_sleep_longer_than_a_timed_wait_waits_until_asked_to_stop(seconds):
+    """threading's timed waits refuse more than TIMEOUT_MAX (OverflowError): such a sleep is an
+    untimed wait, which the cancel signal still ends."""
+    signal = CancelSignal()
+    context = JobContext(
+        job_id=1,
+        attempt=1,
+        max_attempts=5,
+        queue="q",
+        task="t",
+        idempotency_key=None,
+        worker_id="w",
+        cancel_signal=signal,
+    )
+    answer: list[bool] = []
+    sleeper = threading.Thread(target=lambda: answer.append(context.sleep(seconds)))
+    sleeper.start()
+    signal.set(by="tester")
+    sleeper.join(10)
+    assert answer == [True]
+
+
+def test_context_sleep_of_nan_or_a_negative_time_returns_at_once():
+    context = JobContext(
+        job_id=1, attempt=1, max_attempts=5, queue="q", task="t", idempotency_key=None, worker_id="w"
+    )
+    assert context.sleep(math.nan) is False
+    assert context.sleep(-5) is False
 
 
 @pytest.mark.django_db(transaction=True)

@@ -55,8 +55,11 @@ class WorkerOptions:
             raise ValueError("concurrency must be >= 1")
         if self.max_jobs is not None and self.max_jobs < 1:
             raise ValueError("max_jobs must be >= 1")
-        if self.shutdown_timeout < 0:
-            raise ValueError("shutdown timeout must be >= 0")
+        if not self.shutdown_timeout >= 0:  # NaN too (it would release running jobs at once)
+            raise ValueError(
+                "--shutdown-timeout must be a number of seconds >= 0 (inf: wait for running jobs "
+                f"however long they take), not {self.shutdown_timeout!r}"
+            )
         if self.poll_interval is not None and not (
             math.isfinite(self.poll_interval) and self.poll_interval > 0
         ):

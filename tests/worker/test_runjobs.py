@@ -201,6 +201,17 @@ def test_a_poll_interval_that_is_not_a_finite_positive_number_is_refused(workers
     assert "Traceback" not in out and "started" not in out
 
 
+@pytest.mark.parametrize("value", ["nan", "-1"])
+def test_a_shutdown_timeout_that_is_not_a_number_of_seconds_is_refused(workers, value):
+    """NaN would pass a ``< 0`` check and then release running jobs at once on SIGTERM."""
+    worker = workers(f"--shutdown-timeout={value}")
+    assert worker.wait(30) == 1, worker.output()
+    out = worker.output()
+    assert "CommandError: --shutdown-timeout must be a number of seconds >= 0" in out
+    assert f"not {float(value)!r}" in out
+    assert "Traceback" not in out and "started" not in out
+
+
 def test_sigterm_lets_the_running_job_finish_and_exits_zero(workers):
     job = jobs.sleep.enqueue(1.5)
     worker = workers("--shutdown-timeout", "30")
