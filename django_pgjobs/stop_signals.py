@@ -6,6 +6,10 @@ takes the same lock (``Event.set()``, a log line) waits for itself for ever: a s
 with both its children stopped and itself never exiting. Here the handler only writes the signal
 number to a pipe (async-signal-safe, no Python lock); a thread of its own reads it and does the
 work in ordinary code.
+
+A process forked by the supervisor starts with the stop signals blocked (:func:`stop_signals_held`
+around the fork) and :func:`relay_signals` unblocks them once its handlers are in place, so a stop
+that arrives in between waits for them instead of killing the new worker.
 """
 
 from __future__ import annotations
@@ -14,7 +18,8 @@ import os
 import select
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
@@ -73,4 +78,23 @@ def relay_signals(on_signal: Callable[[int], None], signals: Iterable[int] = STO
     threading.Thread(target=relay, name="pgjobs-signals", daemon=True).start()
     for signum in signals:
         signal.signal(signum, handler)
+    # Held since the fork when the supervisor started this process (see stop_signals_held): what
+    # arrived meanwhile is delivered now, to the handlers just installed. Elsewhere a no-op.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, signals)
     return pipe
+
+
+@contextmanager
+def stop_signals_held(signals: Iterable[int] = STOP_SIGNALS) -> Iterator[None]:
+    """Block ``signals`` in this thread for the block; they stay pending and arrive at its end.
+
+    The supervisor forks its workers inside this block: the child inherits the blocked mask and
+    keeps it until :func:`relay_signals` has installed the worker's handlers. Without it a new
+    worker had the default action (terminate) until then, so a stop forwarded in that window (the
+    service stopped just after a child was replaced) killed it, and the supervisor exited 1 for a
+    child that ended badly."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)

@@ -20,7 +20,7 @@ from types import FrameType
 
 from django.db import connections
 
-from .stop_signals import SignalPipe
+from .stop_signals import SignalPipe, stop_signals_held
 
 logger = logging.getLogger("django_pgjobs")
 
@@ -91,18 +91,21 @@ class Supervisor:
         return self._stop_children()
 
     def _spawn(self, slot: int) -> None:
-        pid = os.fork()
-        if pid == 0:  # child
-            code = 1
-            try:
-                self._pipe.close()  # the supervisor's, not this worker's
-                _detach_from_supervisor(os.getppid())
-                code = self.run_child(slot)
-            except BaseException:
-                logger.exception("worker process crashed")
-            finally:
-                logging.shutdown()
-                os._exit(code)
+        # The child keeps SIGTERM/SIGINT blocked until the worker's own handlers are installed
+        # (relay_signals unblocks them): a stop arriving before then waits for them.
+        with stop_signals_held():
+            pid = os.fork()
+            if pid == 0:  # child
+                code = 1
+                try:
+                    self._pipe.close()  # the supervisor's, not this worker's
+                    _detach_from_supervisor(os.getppid())
+                    code = self.run_child(slot)
+                except BaseException:
+                    logger.exception("worker process crashed")
+                finally:
+                    logging.shutdown()
+                    os._exit(code)
         self.children[pid] = (slot, time.monotonic())
 
     def _reap(self) -> list[tuple[int, int]]:
@@ -166,8 +169,9 @@ def _detach_from_supervisor(supervisor: int) -> None:
     """In a new child: its own process group, so a terminal's Ctrl-C or systemd's stop (sent to
     the whole group) reaches only the supervisor, which forwards exactly one SIGTERM. Without
     this every child got the signal twice (directly, then forwarded) and the second one forces
-    an immediate release instead of a drain. The supervisor's handlers are reset until the
-    worker installs its own, and the child asks for SIGTERM if the supervisor dies (Linux)."""
+    an immediate release instead of a drain. The supervisor's handlers are reset (the stop
+    signals stay blocked until the worker installs its own, see ``_spawn``), and the child asks for
+    SIGTERM if the supervisor dies (Linux)."""
     os.setpgid(0, 0)
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGCHLD):
         signal.signal(signum, signal.SIG_DFL)
