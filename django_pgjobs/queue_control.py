@@ -19,7 +19,7 @@ from .conf import get_settings
 from .models import QueuePause
 from .notify import notifier
 from .store import Store
-from .validation import MAX_QUEUE_LENGTH
+from .validation import queue_name
 
 #: How often a worker re-reads the paused queues.
 REFRESH_SECONDS = 1.0
@@ -38,9 +38,9 @@ PAUSED = "SELECT queue FROM pgjobs_queue_pause"
 
 
 def _check(queue: str) -> str:
-    if not isinstance(queue, str) or not queue.strip() or len(queue) > MAX_QUEUE_LENGTH or "\x00" in queue:
-        raise ValueError(f"queue name {queue!r} must be 1-{MAX_QUEUE_LENGTH} characters, without NUL")
-    return queue
+    """The enqueue side's rule for queue names (:func:`~django_pgjobs.validation.queue_name`; its
+    ``InvalidJob`` is a ``ValueError``): a name no job can have is refused, not paused."""
+    return queue_name(queue)
 
 
 def pause(queue: str, *, by: str = "", using: str | None = None) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from ..validation import MAX_QUEUE_LENGTH, RESERVED_QUEUE_PREFIX
+from ..validation import queue_name
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,7 @@ class QueueSpec:
         """A trailing ``:N`` of digits is the limit; any other colon is part of the name."""
         head, sep, tail = text.rpartition(":")
         name, limit = (head, int(tail)) if sep and tail.isdigit() else (text, None)
-        if not name.strip() or len(name) > MAX_QUEUE_LENGTH or "\x00" in name:
-            raise ValueError(f"queue name {name!r} must be 1-{MAX_QUEUE_LENGTH} characters, without NUL")
-        if name.startswith(RESERVED_QUEUE_PREFIX):
-            raise ValueError(
-                f"queue name {name!r} is reserved: names starting with {RESERVED_QUEUE_PREFIX!r} are the "
-                "workers' control messages on the NOTIFY channel, no queue can have one"
-            )
+        queue_name(name)  # the enqueue side's rule (its InvalidJob is a ValueError): no such queue can exist
         if limit is not None and limit < 1:
             raise ValueError(f"queue {name!r}: the limit after ':' must be at least 1, got {limit}")
         return cls(name, limit)
